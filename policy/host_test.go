@@ -1,0 +1,178 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseHostAccepts(t *testing.T) {
+	for _, s := range []string{
+		"example.com",
+		".example.com",
+		"api.github.com",
+		"a-b.c-d.example",
+		"xn--bcher-kva.example",
+		"1password.com",
+		"192.0.2.10",
+		"10.0.0.1", // refused at run time by the gate, but a valid entry
+		strings.Repeat("a", 63) + ".example",
+	} {
+		h, err := ParseHost(s)
+		if err != nil {
+			t.Errorf("ParseHost(%q) = %v, want accepted", s, err)
+			continue
+		}
+		if h.String() != s {
+			t.Errorf("ParseHost(%q).String() = %q, want it unchanged", s, h.String())
+		}
+	}
+}
+
+func TestParseHostRefuses(t *testing.T) {
+	tests := []struct {
+		in      string
+		kind    error
+		wantMsg string // a substring of the message, naming the fix
+	}{
+		{"", ErrEmpty, "empty entry"},
+		{"   ", ErrEmpty, "empty entry"},
+		{".", ErrSyntax, "lone dot"},
+		{"https://example.com", ErrScheme, `such as "example.com"`},
+		{"http://user@Example.com:8080/x", ErrScheme, `"example.com"`},
+		{"example.com:443", ErrPort, `write "example.com"`},
+		{"example.com/path", ErrPath, `"example.com"`},
+		{"example.com?q=1", ErrPath, "path or query"},
+		{"*.example.com", ErrWildcard, `write ".example.com" for the domain and all its subdomains`},
+		{"*", ErrWildcard, "wildcards"},
+		{"Example.com", ErrUppercase, `write "example.com"`},
+		{"bücher.example", ErrNonASCII, `"xn--bcher-kva.example"`},
+		{"exa mple.com", ErrSpace, "whitespace"},
+		{"example.com\nhttp_access allow all", ErrSpace, "control character"},
+		{"example.com\t", ErrSpace, "whitespace"},
+		{"\x00", ErrSpace, "control character"},
+		{"::1", ErrIPv6, "IPv6"},
+		{"[::ffff:127.0.0.1]", ErrIPv6, "IPv6"},
+		{"fe80::1", ErrIPv6, "IPv6"},
+		{"2130706433", ErrIPv4Form, `write "127.0.0.1"`},
+		{"0x7f000001", ErrIPv4Form, `write "127.0.0.1"`},
+		{"0177.0.0.1", ErrIPv4Form, `write "127.0.0.1"`},
+		{"127.1", ErrIPv4Form, `write "127.0.0.1"`},
+		{"0x7f.0.0.1", ErrIPv4Form, `write "127.0.0.1"`},
+		{"1.2.3.4.5", ErrIPv4Form, "four decimal numbers"},
+		{"256.1.1.1", ErrIPv4Form, "four decimal numbers"},
+		{".192.0.2.1", ErrIPv4Form, "leading dot"},
+		{"example.123", ErrSyntax, "last label is numeric"},
+		{"localhost", ErrSyntax, "at least two labels"},
+		{"example.com.", ErrSyntax, "trailing dot"},
+		{"..example.com", ErrSyntax, "one leading dot"},
+		{"a..example", ErrSyntax, "empty label"},
+		{"-a.example", ErrSyntax, "hyphen"},
+		{"a-.example", ErrSyntax, "hyphen"},
+		{"under_score.example", ErrSyntax, "'_'"},
+		{strings.Repeat("a", 64) + ".example", ErrSyntax, "longer than 63"},
+		{strings.Repeat("abcdefghi.", 26) + "example", ErrSyntax, "more than 253"},
+	}
+	for _, tt := range tests {
+		_, err := ParseHost(tt.in)
+		if err == nil {
+			t.Errorf("ParseHost(%q) accepted, want %v", tt.in, tt.kind)
+			continue
+		}
+		if !errors.Is(err, tt.kind) {
+			t.Errorf("ParseHost(%q) = %v, want kind %v", tt.in, err, tt.kind)
+		}
+		if !strings.Contains(err.Error(), tt.wantMsg) {
+			t.Errorf("ParseHost(%q) = %q, want it to contain %q", tt.in, err.Error(), tt.wantMsg)
+		}
+	}
+}
+
+func TestParseAllowlist(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       []string
+		want     []string
+		wantErrs map[int]error
+	}{
+		{"clean", []string{"a.example", ".b.example", "192.0.2.1"}, []string{"a.example", ".b.example", "192.0.2.1"}, nil},
+		{"duplicate", []string{"a.example", "a.example"}, []string{"a.example"}, map[int]error{1: ErrDuplicate}},
+		{"covered after domain", []string{".example.com", "api.example.com"}, []string{".example.com"}, map[int]error{1: ErrCovered}},
+		{"covered before domain", []string{"api.example.com", ".example.com"}, []string{".example.com"}, map[int]error{0: ErrCovered}},
+		{"apex covered", []string{"example.com", ".example.com"}, []string{".example.com"}, map[int]error{0: ErrCovered}},
+		{"nested domains", []string{".example.com", ".a.example.com"}, []string{".example.com"}, map[int]error{1: ErrCovered}},
+		{"suffix is not a subdomain", []string{".example.com", "badexample.com"}, []string{".example.com", "badexample.com"}, nil},
+		{"bad entry keeps index", []string{"ok.example", "*.x.example", "Bad.example"}, []string{"ok.example"}, map[int]error{1: ErrWildcard, 2: ErrUppercase}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hosts, errs := ParseAllowlist(tt.in)
+			var got []string
+			for _, h := range hosts {
+				got = append(got, h.String())
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("accepted %q, want %q", got, tt.want)
+			}
+			if len(errs) != len(tt.wantErrs) {
+				t.Fatalf("errors %v, want %d", errs, len(tt.wantErrs))
+			}
+			for _, e := range errs {
+				if want, ok := tt.wantErrs[e.Index]; !ok || !errors.Is(e, want) {
+					t.Errorf("error %v at index %d, want %v", e, e.Index, tt.wantErrs[e.Index])
+				}
+			}
+		})
+	}
+}
+
+func TestMatches(t *testing.T) {
+	dom, _ := ParseHost(".example.com")
+	exact, _ := ParseHost("api.example.org")
+	for _, tt := range []struct {
+		h    Host
+		name string
+		want bool
+	}{
+		{dom, "example.com", true},
+		{dom, "a.b.example.com", true},
+		{dom, "badexample.com", false},
+		{dom, "example.com.evil.test", false},
+		{exact, "api.example.org", true},
+		{exact, "x.api.example.org", false},
+	} {
+		if got := tt.h.Matches(tt.name); got != tt.want {
+			t.Errorf("%v.Matches(%q) = %v, want %v", tt.h, tt.name, got, tt.want)
+		}
+	}
+}
+
+// FuzzParseHost: the validator never panics, an accepted entry renders
+// unchanged and re-parses to the same Host, and nothing it accepts can carry a
+// character that means something in squid.conf or nft syntax.
+func FuzzParseHost(f *testing.F) {
+	for _, s := range []string{"example.com", ".example.com", "192.0.2.1", "0x7f.1", "a\nb", "[::1]", "ü.example", "*.x", "a:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := ParseHost(s)
+		if err != nil {
+			if err.Error() == "" {
+				t.Fatalf("empty error for %q", s)
+			}
+			return
+		}
+		if h.String() != s {
+			t.Fatalf("accepted %q renders as %q", s, h.String())
+		}
+		again, err := ParseHost(h.String())
+		if err != nil || again != h {
+			t.Fatalf("re-parse of %q: %v, %v", s, again, err)
+		}
+		for _, c := range s {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+				t.Fatalf("accepted %q with character %q", s, c)
+			}
+		}
+	})
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# setup.sh prepares this machine, idempotently and from nothing, for aisb's
+# integration tests: rootless Podman 5 with pasta, the host fixes rootless
+# Podman needs here, an unprivileged test user, an offline Debian 13 base image
+# and the test upstream in its own network namespace.
+#
+# It is run by `make test` (as root). Every step checks before it acts, so a
+# second run on a prepared machine costs seconds. The measured recipe behind
+# each step is ../shared/notes/test-host.md.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/host/env.sh
+. "$here/env.sh"
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and prepares the test user)"
+
+# mirror prints the URI of the machine's own Debian archive, so the trixie
+# suite and debootstrap use the same mirror apt already uses.
+mirror() {
+	local uri
+	uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+	[ -n "$uri" ] || uri=$(awk '$1 == "deb" && $0 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+	[ -n "$uri" ] || die "cannot find the Debian archive URI in /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list"
+	printf '%s\n' "$uri"
+}
+
+podman_major() {
+	podman version --format '{{.Client.Version}}' 2>/dev/null | cut -d. -f1
+}
+
+# 1. Packages. Podman 5 and passt come from Debian 13 (trixie) at a low pin
+#    priority, without recommends, so nothing else on the machine moves.
+install_packages() {
+	local need=()
+	for c in slirp4netns newuidmap debootstrap dnsmasq nft ip curl; do
+		command -v "$c" >/dev/null 2>&1 || need+=("$c")
+	done
+	if [ "$(podman_major)" != 5 ] || ! command -v pasta >/dev/null 2>&1 || [ ${#need[@]} -gt 0 ]; then
+		log "installing packages (missing: ${need[*]:-} podman5/pasta)"
+		if [ ! -f /etc/apt/sources.list.d/aisb-trixie.sources ]; then
+			cat >/etc/apt/sources.list.d/aisb-trixie.sources <<SRC
+Types: deb
+URIs: $(mirror)
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+		fi
+		cat >/etc/apt/preferences.d/aisb-trixie <<PIN
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+PIN
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends \
+			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates >/dev/null
+		apt-get install -y -qq --no-install-recommends -t trixie \
+			podman passt crun conmon golang-github-containers-common netavark buildah >/dev/null
+	fi
+	[ "$(podman_major)" = 5 ] || die "podman 5 is not installed after apt-get install"
+	command -v pasta >/dev/null || die "pasta is not installed after apt-get install"
+}
+
+# 2. Host fixes rootless Podman needs on this machine (no udev, no systemd,
+#    cgroup v1 hybrid).
+host_fixes() {
+	chmod 0666 /dev/net/tun /dev/fuse
+	if [ -f /sys/fs/cgroup/unified/cgroup.controllers ] && grep -qw hugetlb /sys/fs/cgroup/unified/cgroup.controllers; then
+		mkdir -p /sys/fs/cgroup/hugetlb
+		mountpoint -q /sys/fs/cgroup/hugetlb || mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb
+	fi
+	mount --make-rshared /
+}
+
+# 3. The unprivileged test user, with subordinate ids, a runtime dir and
+#    overlay storage (without storage.conf rootless Podman silently uses vfs).
+test_user() {
+	id -u "$AISB_TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$AISB_TEST_USER"
+	grep -q "^$AISB_TEST_USER:" /etc/subuid || usermod --add-subuids 200000-265535 "$AISB_TEST_USER"
+	grep -q "^$AISB_TEST_USER:" /etc/subgid || usermod --add-subgids 200000-265535 "$AISB_TEST_USER"
+	local uid home
+	uid=$(id -u "$AISB_TEST_USER")
+	home=$(getent passwd "$AISB_TEST_USER" | cut -d: -f6)
+	install -d -m 0700 -o "$AISB_TEST_USER" -g "$AISB_TEST_USER" "/run/user/$uid"
+	install -d -m 0755 -o "$AISB_TEST_USER" -g "$AISB_TEST_USER" "$home/.config" "$home/.config/containers"
+	cat >"$home/.config/containers/storage.conf" <<CONF
+[storage]
+driver = "overlay"
+CONF
+	cat >"$home/.config/containers/containers.conf" <<CONF
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+	chown "$AISB_TEST_USER:" "$home/.config/containers/storage.conf" "$home/.config/containers/containers.conf"
+}
+
+# 4. The offline base image: Debian 13 by debootstrap from the machine's own
+#    mirror, imported into the test user's storage. Cached by the hash of the
+#    package list, as a tarball and as the image.
+base_image() {
+	local hash tarball
+	hash=$(printf '%s\n' "$AISB_BASE_PACKAGES" | sha256sum | cut -c1-12)
+	tarball="$AISB_CACHE/base-$hash.tar"
+	if as_user podman image exists "$AISB_TEST_BASE_IMAGE-$hash" 2>/dev/null; then
+		as_user podman tag "$AISB_TEST_BASE_IMAGE-$hash" "$AISB_TEST_BASE_IMAGE"
+		return
+	fi
+	mkdir -p "$AISB_CACHE"
+	if [ ! -f "$tarball" ]; then
+		log "debootstrap Debian 13 base ($AISB_BASE_PACKAGES)"
+		local dir="$AISB_CACHE/rootfs-$hash"
+		rm -rf "$dir"
+		debootstrap --variant=minbase trixie "$dir" "$(mirror)" >"$AISB_CACHE/debootstrap.log" 2>&1 ||
+			die "debootstrap failed; see $AISB_CACHE/debootstrap.log"
+		# apt, not debootstrap, resolves the packages: debootstrap takes the
+		# first of alternatives (systemd for squid's cron dependency) and fails.
+		chroot "$dir" sh -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(echo "$AISB_BASE_PACKAGES" | tr , ' ') && apt-get clean && rm -rf /var/lib/apt/lists/*" \
+			>>"$AISB_CACHE/debootstrap.log" 2>&1 || die "installing the base packages failed; see $AISB_CACHE/debootstrap.log"
+		tar -C "$dir" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+		rm -rf "$dir"
+	fi
+	log "importing $AISB_TEST_BASE_IMAGE"
+	as_user podman import - "$AISB_TEST_BASE_IMAGE-$hash" <"$tarball" >/dev/null
+	as_user podman tag "$AISB_TEST_BASE_IMAGE-$hash" "$AISB_TEST_BASE_IMAGE"
+}
+
+install_packages
+host_fixes
+test_user
+base_image
+"$here/upstream.sh" up
+log "ready: user $AISB_TEST_USER, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
