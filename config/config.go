@@ -1,0 +1,194 @@
+// Package config reads aisb's TOML configuration strictly and merges the user's
+// file, the project's file and flags into one effective configuration.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Version is the only configuration format version this aisb reads.
+const Version = 1
+
+// ExitConfig is the exit status for an invalid configuration (EX_CONFIG).
+const ExitConfig = 78
+
+// Mode is the sandbox's network mode.
+type Mode string
+
+// The network modes, from narrowest to widest.
+const (
+	ModeNone   Mode = "none"    // no network at all
+	ModeAllow  Mode = "allow"   // the gate, admitting allowlisted names only (default)
+	ModeNoGate Mode = "no-gate" // allowlisted names pinned at start, no proxy
+	ModeOpen   Mode = "open"    // unfiltered, only when asked
+)
+
+// Modes lists the network modes from narrowest to widest.
+var Modes = []Mode{ModeNone, ModeAllow, ModeNoGate, ModeOpen}
+
+// width orders the modes: a project file may only move to a narrower one.
+func (m Mode) width() int {
+	for i, x := range Modes {
+		if x == m {
+			return i
+		}
+	}
+	return len(Modes)
+}
+
+// Config is one configuration file, or the merge of several.
+type Config struct {
+	Version int     `toml:"version"`
+	Network Network `toml:"network"`
+	Env     Env     `toml:"env"`
+	Limits  Limits  `toml:"limits"`
+	Sandbox Sandbox `toml:"sandbox"`
+}
+
+// Network says what the sandbox may reach.
+type Network struct {
+	Mode         Mode     `toml:"mode"`
+	AllowedHosts []string `toml:"allowed_hosts"`
+	HostPorts    []int    `toml:"host_ports"`
+	DNS          []string `toml:"dns"`
+}
+
+// Env says which environment variables enter the sandbox.
+type Env struct {
+	Pass []string          `toml:"pass"`
+	Set  map[string]string `toml:"set"`
+}
+
+// Limits bound the sandbox's resources; zero means no limit.
+type Limits struct {
+	Pids   int     `toml:"pids"`
+	Memory string  `toml:"memory"`
+	CPUs   float64 `toml:"cpus"`
+}
+
+// Sandbox chooses what runs and on which image.
+type Sandbox struct {
+	Harness   string `toml:"harness"`
+	BaseImage string `toml:"base_image"`
+}
+
+// DefaultBaseImage is the public Debian 13 image the sandbox image is built on
+// when neither sandbox.base_image nor AISB_BASE_IMAGE says otherwise.
+const DefaultBaseImage = "docker.io/library/debian:trixie-slim"
+
+// Default is the configuration when no file says anything: the gate with an
+// empty allowlist (reaches nothing), no environment passed, the pi harness.
+func Default() Config {
+	return Config{
+		Version: Version,
+		Network: Network{Mode: ModeAllow},
+		Sandbox: Sandbox{Harness: "pi", BaseImage: DefaultBaseImage},
+	}
+}
+
+// Problem is one thing wrong with a configuration file.
+type Problem struct {
+	File  string // the file as named to the user
+	Field string // the field path, e.g. network.allowed_hosts[2]; may be empty
+	Msg   string
+}
+
+func (p Problem) String() string {
+	if p.Field == "" {
+		return p.File + ": " + p.Msg
+	}
+	return p.File + ": " + p.Field + ": " + p.Msg
+}
+
+// ErrInvalid is wrapped by every *Problems error.
+var ErrInvalid = errors.New("invalid configuration")
+
+// Problems is the error for an invalid file: one line per problem.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (ps Problems) Unwrap() error { return ErrInvalid }
+
+// File is one parsed and validated configuration file.
+type File struct {
+	Name    string // as shown in messages
+	Content []byte // the exact bytes parsed (hashed by trust)
+	Config  Config
+	defined map[string]bool // dotted keys present in the file
+}
+
+// Defines reports whether the file sets the dotted key, e.g. "network.mode".
+func (f *File) Defines(key string) bool { return f.defined[key] }
+
+// ReadFile reads and validates one configuration file. A missing file is
+// reported with os.ErrNotExist in the chain.
+func ReadFile(path string) (*File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, b)
+}
+
+// Parse decodes content strictly and validates every field. name is used in
+// messages. The error is a Problems listing everything wrong.
+func Parse(name string, content []byte) (*File, error) {
+	var c Config
+	md, err := toml.NewDecoder(bytes.NewReader(content)).Decode(&c)
+	if err != nil {
+		var perr toml.ParseError
+		if errors.As(err, &perr) {
+			return nil, Problems{{File: fmt.Sprintf("%s:%d", name, perr.Position.Line), Msg: perr.Message + "; fix the TOML syntax"}}
+		}
+		return nil, Problems{{File: name, Msg: strings.TrimPrefix(err.Error(), "toml: ")}}
+	}
+	f := &File{Name: name, Content: content, Config: c, defined: map[string]bool{}}
+	var ps Problems
+	for _, k := range md.Keys() {
+		f.defined[k.String()] = true
+	}
+	for _, k := range md.Undecoded() {
+		ps = append(ps, unknownKey(name, k))
+	}
+	ps = append(ps, validate(f)...)
+	if len(ps) > 0 {
+		return nil, ps
+	}
+	return f, nil
+}
+
+var knownKeys = map[string][]string{
+	"":        {"version", "network", "env", "limits", "sandbox"},
+	"network": {"mode", "allowed_hosts", "host_ports", "dns"},
+	"env":     {"pass", "set"},
+	"limits":  {"pids", "memory", "cpus"},
+	"sandbox": {"harness", "base_image"},
+}
+
+func unknownKey(name string, k toml.Key) Problem {
+	parent := ""
+	if len(k) > 1 {
+		parent = strings.Join(k[:len(k)-1], ".")
+	}
+	if known, ok := knownKeys[parent]; ok {
+		where := "at the top level"
+		if parent != "" {
+			where = "in [" + parent + "]"
+		}
+		return Problem{File: name, Field: k.String(), Msg: fmt.Sprintf("unknown key; the keys %s are %s", where, strings.Join(known, ", "))}
+	}
+	return Problem{File: name, Field: k.String(), Msg: "unknown key; remove it"}
+}

@@ -1,0 +1,249 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/aisb-dev/aisb/policy"
+)
+
+// ProjectFileName is the project's own configuration, in the project directory.
+const ProjectFileName = ".aisb.toml"
+
+// Sources names where configuration comes from, lowest precedence first.
+type Sources struct {
+	UserFile   string // the user's file; a missing file is the defaults
+	ProjectDir string // the project directory; its .aisb.toml may be missing
+	TrustFile  string // the store `aisb trust` writes
+}
+
+// DefaultSources are the user's file under $XDG_CONFIG_HOME and the project in dir.
+func DefaultSources(dir string) (Sources, error) {
+	cfg, err := configDir()
+	if err != nil {
+		return Sources{}, err
+	}
+	return Sources{
+		UserFile:   filepath.Join(cfg, "config.toml"),
+		ProjectDir: dir,
+		TrustFile:  filepath.Join(cfg, "trusted"),
+	}, nil
+}
+
+func configDir() (string, error) {
+	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
+		return filepath.Join(d, "aisb"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find config directory: set XDG_CONFIG_HOME or HOME: %w", err)
+	}
+	return filepath.Join(home, ".config", "aisb"), nil
+}
+
+// Resolved is the effective configuration and how it came to be.
+type Resolved struct {
+	Config    Config
+	Allowlist []policy.Host
+	// Notices say what was ignored and why; the CLI prints them on stderr.
+	Notices []string
+}
+
+// Resolve merges the defaults, the user's file and the project's file. A
+// project file that the user has not trusted (`aisb trust`) may only narrow:
+// what it would widen is ignored with a notice.
+func Resolve(src Sources) (*Resolved, error) {
+	r := &Resolved{Config: Default()}
+	if src.UserFile != "" {
+		f, err := ReadFile(src.UserFile)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, err
+		default:
+			merge(&r.Config, f)
+		}
+	}
+	if src.ProjectDir != "" {
+		path := filepath.Join(src.ProjectDir, ProjectFileName)
+		f, err := ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, err
+		default:
+			trusted, err := IsTrusted(src.TrustFile, path, f.Content)
+			if err != nil {
+				return nil, err
+			}
+			if trusted {
+				merge(&r.Config, f)
+			} else {
+				r.Notices = append(r.Notices, narrow(&r.Config, f)...)
+			}
+		}
+	}
+	hosts, errs := policy.ParseAllowlist(r.Config.Network.AllowedHosts)
+	if len(errs) > 0 {
+		// Each file was valid alone; the merge can still hold an overlap.
+		var ps Problems
+		for _, e := range errs {
+			ps = append(ps, Problem{File: "merged configuration", Field: fmt.Sprintf("network.allowed_hosts[%d]", e.Index), Msg: e.Error()})
+		}
+		return nil, ps
+	}
+	r.Allowlist = hosts
+	return r, nil
+}
+
+// merge lays every key the file defines over c.
+func merge(c *Config, f *File) {
+	fc := f.Config
+	if f.Defines("network.mode") {
+		c.Network.Mode = fc.Network.Mode
+	}
+	if f.Defines("network.allowed_hosts") {
+		c.Network.AllowedHosts = fc.Network.AllowedHosts
+	}
+	if f.Defines("network.host_ports") {
+		c.Network.HostPorts = fc.Network.HostPorts
+	}
+	if f.Defines("network.dns") {
+		c.Network.DNS = fc.Network.DNS
+	}
+	if f.Defines("env.pass") {
+		c.Env.Pass = fc.Env.Pass
+	}
+	for _, k := range sortedKeys(fc.Env.Set) {
+		if c.Env.Set == nil {
+			c.Env.Set = map[string]string{}
+		}
+		c.Env.Set[k] = fc.Env.Set[k]
+	}
+	if f.Defines("limits.pids") {
+		c.Limits.Pids = fc.Limits.Pids
+	}
+	if f.Defines("limits.memory") {
+		c.Limits.Memory = fc.Limits.Memory
+	}
+	if f.Defines("limits.cpus") {
+		c.Limits.CPUs = fc.Limits.CPUs
+	}
+	if f.Defines("sandbox.harness") {
+		c.Sandbox.Harness = fc.Sandbox.Harness
+	}
+	if f.Defines("sandbox.base_image") {
+		c.Sandbox.BaseImage = fc.Sandbox.BaseImage
+	}
+}
+
+// narrow applies an untrusted project file: whoever wrote the repository may
+// take reach away from the sandbox, never give it more. It returns a notice
+// for everything it ignored.
+func narrow(c *Config, f *File) []string {
+	var notes []string
+	ignore := func(field, why string) {
+		notes = append(notes, fmt.Sprintf("%s: %s ignored: %s; run `aisb trust` to accept this file as it is", f.Name, field, why))
+	}
+	fc := f.Config
+	if f.Defines("network.mode") {
+		if fc.Network.Mode.width() <= c.Network.Mode.width() {
+			c.Network.Mode = fc.Network.Mode
+		} else {
+			ignore("network.mode", fmt.Sprintf("%q is wider than %q", fc.Network.Mode, c.Network.Mode))
+		}
+	}
+	if f.Defines("network.allowed_hosts") {
+		current, _ := policy.ParseAllowlist(c.Network.AllowedHosts)
+		proposed, _ := policy.ParseAllowlist(fc.Network.AllowedHosts)
+		var kept []string
+		for _, h := range proposed {
+			if slices.ContainsFunc(current, func(u policy.Host) bool { return u.Covers(h) }) {
+				kept = append(kept, h.String())
+			} else {
+				ignore(fmt.Sprintf("network.allowed_hosts %q", h.String()), "a project file cannot add hosts your own configuration does not allow")
+			}
+		}
+		c.Network.AllowedHosts = kept
+	}
+	if f.Defines("network.host_ports") {
+		var kept []int
+		for _, p := range fc.Network.HostPorts {
+			if slices.Contains(c.Network.HostPorts, p) {
+				kept = append(kept, p)
+			} else {
+				ignore(fmt.Sprintf("network.host_ports %d", p), "a project file cannot open host ports your own configuration does not")
+			}
+		}
+		c.Network.HostPorts = kept
+	}
+	if f.Defines("env.pass") {
+		var kept []string
+		for _, n := range fc.Env.Pass {
+			if slices.Contains(c.Env.Pass, n) {
+				kept = append(kept, n)
+			} else {
+				ignore(fmt.Sprintf("env.pass %q", n), "a project file cannot pass variables your own configuration does not")
+			}
+		}
+		c.Env.Pass = kept
+	}
+	for _, n := range sortedKeys(fc.Env.Set) {
+		ignore("env.set."+n, "a project file cannot add environment variables")
+	}
+	if f.Defines("network.dns") {
+		ignore("network.dns", "a project file cannot choose the resolvers that decide where allowed names go")
+	}
+	if f.Defines("sandbox.harness") && fc.Sandbox.Harness != c.Sandbox.Harness {
+		ignore("sandbox.harness", "a harness brings its own allowed hosts and variables")
+	}
+	if f.Defines("sandbox.base_image") && fc.Sandbox.BaseImage != c.Sandbox.BaseImage {
+		ignore("sandbox.base_image", "a project file cannot choose the image the sandbox is built from")
+	}
+	if f.Defines("limits.pids") {
+		if lower(fc.Limits.Pids, c.Limits.Pids) {
+			c.Limits.Pids = fc.Limits.Pids
+		} else {
+			ignore("limits.pids", "a project file may only lower limits")
+		}
+	}
+	if f.Defines("limits.memory") {
+		want, _ := ParseMemory(fc.Limits.Memory)
+		have, _ := ParseMemory(c.Limits.Memory) // 0 when unset
+		if lower(want, have) {
+			c.Limits.Memory = fc.Limits.Memory
+		} else {
+			ignore("limits.memory", "a project file may only lower limits")
+		}
+	}
+	if f.Defines("limits.cpus") {
+		if lower(fc.Limits.CPUs, c.Limits.CPUs) {
+			c.Limits.CPUs = fc.Limits.CPUs
+		} else {
+			ignore("limits.cpus", "a project file may only lower limits")
+		}
+	}
+	return notes
+}
+
+// lower reports whether limit want is at least as tight as have (0 = no limit).
+func lower[T int | int64 | float64](want, have T) bool {
+	if want == 0 {
+		return have == 0
+	}
+	return have == 0 || want <= have
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
