@@ -1,0 +1,66 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/aisb-dev/aisb/config"
+)
+
+// run builds the CLI and returns the process exit status. stdout carries the
+// command's output (or --json); everything else goes to stderr.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	app := &cli.App{
+		Name:      "aisb",
+		Usage:     "run an AI coding agent in a rootless Podman sandbox with an explicit egress allowlist",
+		Reader:    stdin,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Commands: []*cli.Command{
+			configCommand(),
+			trustCommand(),
+		},
+		// Errors are printed once, below, with the exit status they carry.
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	// A configuration problem list starts each line with its file already.
+	var ps config.Problems
+	if errors.As(err, &ps) {
+		fmt.Fprintln(stderr, ps.Error())
+	} else {
+		fmt.Fprintf(stderr, "aisb: %v\n", err)
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// exitError carries an exit status through urfave/cli.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) ExitCode() int { return e.code }
+
+func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
+
+func workDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find the project directory: %w", err)
+	}
+	return dir, nil
+}

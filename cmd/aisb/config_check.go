@@ -1,0 +1,73 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/aisb-dev/aisb/config"
+)
+
+func configCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "config",
+		Usage: "check configuration files",
+		Subcommands: []*cli.Command{{
+			Name:      "check",
+			Usage:     "validate a configuration file, or the user's and this project's files",
+			ArgsUsage: "[FILE]",
+			Description: `Exit 0 when valid; otherwise exit 78 with one line per problem, each naming
+the file, the field and the fix. Without FILE it checks the user's file
+($XDG_CONFIG_HOME/aisb/config.toml) and this directory's .aisb.toml, and says
+what of an untrusted project file would be ignored.
+
+EXAMPLE:
+   aisb config check ~/.config/aisb/config.toml
+   aisb config check`,
+			Action: configCheck,
+		}},
+	}
+}
+
+func configCheck(c *cli.Context) error {
+	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	if c.NArg() > 1 {
+		return exitWith(2, errors.New("config check takes at most one FILE"))
+	}
+	if file := c.Args().First(); file != "" {
+		if _, err := config.ReadFile(file); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return exitWith(config.ExitConfig, fmt.Errorf("%s: no such file; give the path of a configuration file", file))
+			}
+			return exitWith(config.ExitConfig, err)
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", file)
+		return nil
+	}
+	dir, err := workDir()
+	if err != nil {
+		return err
+	}
+	src, err := config.DefaultSources(dir)
+	if err != nil {
+		return exitWith(config.ExitConfig, err)
+	}
+	r, err := config.Resolve(src)
+	if err != nil {
+		return exitWith(config.ExitConfig, err)
+	}
+	for _, n := range r.Notices {
+		fmt.Fprintf(stderr, "aisb: %s\n", n)
+	}
+	for _, f := range []string{src.UserFile, filepath.Join(dir, config.ProjectFileName)} {
+		if _, err := config.ReadFile(f); err == nil {
+			fmt.Fprintf(stdout, "%s: ok\n", f)
+		}
+	}
+	fmt.Fprintf(stdout, "effective: mode %s, %d allowed hosts, %d host ports, %d variables passed\n",
+		r.Config.Network.Mode, len(r.Allowlist), len(r.Config.Network.HostPorts), len(r.Config.Env.Pass)+len(r.Config.Env.Set))
+	return nil
+}

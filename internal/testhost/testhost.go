@@ -1,0 +1,236 @@
+// Package testhost gives integration tests the test host that
+// tests/host/setup.sh prepares: the rootless test user, the offline base image,
+// the test upstream and its logs, and a skip helper that cannot hide a regression.
+package testhost
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Names shared with tests/host/env.sh.
+const (
+	User         = "aisbtest"
+	BaseImage    = "localhost/aisb-base:trixie"
+	UpstreamNS   = "aisb-up"
+	UpstreamAddr = "198.51.100.10"   // HTTP 80/8080, HTTPS 443, banner 22, UDP echo 9999, DNS 53
+	Upstream6    = "2001:db8:77::10" // the same host over IPv6
+	HostSelf     = "198.51.100.1"    // the root namespace's end of the veth: "the host's own address"
+	StateDir     = "/run/aisb-upstream"
+)
+
+// Internal addresses given to the upstream's namespace, one per internal range,
+// so a refusal test only ever reaches our own host.
+var Internal = map[string]string{
+	"private":    "10.255.77.10",
+	"private172": "172.31.77.10",
+	"private192": "192.168.77.10",
+	"metadata":   "169.254.77.10",
+	"cgnat":      "100.64.77.10",
+}
+
+// Integration reports whether the README's test command is running us; then a
+// host that is not prepared is a failure, never a skip.
+func Integration() bool { return os.Getenv("AISB_INTEGRATION") == "1" }
+
+// Skip skips the test with reason, unless AISB_INTEGRATION=1, when it fails it:
+// under the test command every integration test must really run.
+func Skip(t testing.TB, reason string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(reason, args...)
+	if Integration() {
+		t.Fatalf("integration test cannot run (AISB_INTEGRATION=1 makes this a failure): %s", msg)
+	}
+	t.Skipf("%s (run `make test` to prepare the host)", msg)
+}
+
+var (
+	prepOnce sync.Once
+	prepErr  string
+)
+
+// Require checks that the host is prepared for rootless container tests.
+func Require(t testing.TB) {
+	t.Helper()
+	prepOnce.Do(func() { prepErr = prepared() })
+	if prepErr != "" {
+		Skip(t, "%s", prepErr)
+	}
+}
+
+// RequireRoot checks that the test runs as root (for network namespaces).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root to create network namespaces")
+	}
+}
+
+func prepared() string {
+	if os.Geteuid() != 0 {
+		return "integration tests run as root and drive podman as " + User
+	}
+	if _, err := user.Lookup(User); err != nil {
+		return "test user " + User + " does not exist"
+	}
+	out, err := UserCommand(context.Background(), "podman", "image", "exists", BaseImage).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("base image %s missing: %v %s", BaseImage, err, out)
+	}
+	if out, err := exec.Command("bash", RepoPath("tests/host/upstream.sh"), "status").CombinedOutput(); err != nil {
+		return fmt.Sprintf("test upstream is not healthy: %s", out)
+	}
+	return ""
+}
+
+// RepoPath returns a path inside the repository.
+func RepoPath(rel string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", rel)
+}
+
+// UserEnv is the clean environment rootless podman runs with as the test user.
+func UserEnv() []string {
+	u, err := user.Lookup(User)
+	if err != nil {
+		return nil
+	}
+	return []string{
+		"HOME=" + u.HomeDir, "USER=" + User,
+		"XDG_RUNTIME_DIR=/run/user/" + u.Uid,
+		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+		"PODMAN_IGNORE_CGROUPSV1_WARNING=1",
+	}
+}
+
+// UserCommand runs argv as the test user with UserEnv.
+func UserCommand(ctx context.Context, argv ...string) *exec.Cmd {
+	args := append([]string{"-u", User, "--", "env", "-i"}, UserEnv()...)
+	cmd := exec.CommandContext(ctx, "runuser", append(args, argv...)...)
+	cmd.Dir = "/"
+	return cmd
+}
+
+// Result is what a command printed and how it ended.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
+}
+
+// Run runs cmd to completion and reports its result; a failure to start at
+// all fails the test. Bound it with a context (UserCommand takes one).
+func Run(t testing.TB, cmd *exec.Cmd) Result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	r := Result{Stdout: out.String(), Stderr: errb.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.Code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", cmd.Args, err)
+	}
+	return r
+}
+
+// Podman runs podman as the test user.
+func Podman(t testing.TB, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	return Run(t, UserCommand(ctx, append([]string{"podman"}, args...)...))
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]string{}
+	shared  string
+)
+
+// Binary builds the static Go program in the package pkg (relative to the
+// repository) once per test binary, into a directory the test user can read,
+// and returns its path.
+func Binary(t testing.TB, pkg string, tags ...string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	if shared == "" {
+		dir, err := os.MkdirTemp("", "aisb-test-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(dir, 0o755)
+		shared = dir
+	}
+	out := filepath.Join(shared, filepath.Base(pkg))
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, " "))
+	}
+	cmd := exec.Command("go", append(args, "./"+pkg)...)
+	cmd.Dir = RepoPath(".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// Cleanup removes the shared build directory; call it from TestMain.
+func Cleanup() {
+	if shared != "" {
+		os.RemoveAll(shared)
+	}
+}
+
+// DNSQueries returns the names the upstream's resolver was asked for since
+// mark (from DNSMark).
+func DNSQueries(t testing.TB, mark int64) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(StateDir, "dns.log"))
+	if err != nil {
+		t.Fatalf("read the upstream's DNS log: %v", err)
+	}
+	if int64(len(b)) < mark {
+		mark = 0
+	}
+	var names []string
+	for _, line := range strings.Split(string(b[mark:]), "\n") {
+		// dnsmasq: "... query[A] name from 198.51.100.1"
+		if i := strings.Index(line, "query["); i >= 0 {
+			f := strings.Fields(line[i:])
+			if len(f) >= 2 {
+				names = append(names, f[1])
+			}
+		}
+	}
+	return names
+}
+
+// DNSMark is the current end of the upstream's DNS log.
+func DNSMark(t testing.TB) int64 {
+	t.Helper()
+	fi, err := os.Stat(filepath.Join(StateDir, "dns.log"))
+	if err != nil {
+		t.Fatalf("stat the upstream's DNS log: %v", err)
+	}
+	return fi.Size()
+}

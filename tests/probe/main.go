@@ -1,0 +1,183 @@
+// Command probe is the static binary the integration tests put inside a
+// sandbox to try one way out and report what happened: exit 0 when it got
+// through, 1 when it did not, 2 on a usage error. It prints one line either way.
+package main
+
+import (
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const timeout = 3 * time.Second
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch args := os.Args[2:]; os.Args[1] {
+	case "tcp":
+		need(args, 1)
+		err = probeTCP(args[0])
+	case "http":
+		need(args, 1)
+		err = probeHTTP(args[0], "")
+	case "http-proxy":
+		need(args, 2)
+		err = probeHTTP(args[1], args[0])
+	case "dns":
+		need(args, 2)
+		err = probeDNS(args[0], args[1], "udp")
+	case "dns-tcp":
+		need(args, 2)
+		err = probeDNS(args[0], args[1], "tcp")
+	case "udp":
+		need(args, 1)
+		err = probeUDP(args[0])
+	case "socket":
+		need(args, 1)
+		err = probeSocket(args[0])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Printf("blocked: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | socket raw|packet|icmp|icmp6")
+	os.Exit(2)
+}
+
+func need(args []string, n int) {
+	if len(args) != n {
+		usage()
+	}
+}
+
+func probeTCP(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 64)
+	n, _ := c.Read(buf)
+	fmt.Printf("connected %s %q\n", addr, strings.TrimSpace(string(buf[:n])))
+	return nil
+}
+
+func probeHTTP(target, proxy string) error {
+	tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Proxy: nil}
+	if proxy != "" {
+		u, err := url.Parse(proxy)
+		if err != nil {
+			return err
+		}
+		tr.Proxy = http.ProxyURL(u)
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 2 * timeout}).Get(target)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	fmt.Printf("status %d %s\n", resp.StatusCode, strings.TrimSpace(string(body)))
+	return nil
+}
+
+// probeDNS sends one A query for name and reports the answer's addresses.
+func probeDNS(server, name, network string) error {
+	if _, _, err := net.SplitHostPort(server); err != nil {
+		server = net.JoinHostPort(server, "53")
+	}
+	q := []byte{0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, l := range strings.Split(strings.TrimSuffix(name, "."), ".") {
+		q = append(q, byte(len(l)))
+		q = append(q, l...)
+	}
+	q = append(q, 0, 0, 1, 0, 1)
+	c, err := net.DialTimeout(network, server, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if network == "tcp" {
+		q = append([]byte{byte(len(q) >> 8), byte(len(q))}, q...)
+	}
+	if _, err := c.Write(q); err != nil {
+		return err
+	}
+	buf := make([]byte, 1500)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if network == "tcp" {
+		buf, n = buf[2:], n-2
+	}
+	if n < 12 || buf[0] != 0x12 || buf[1] != 0x34 {
+		return errors.New("malformed answer")
+	}
+	fmt.Printf("answered rcode=%d answers=%d\n", buf[3]&0xf, binary.BigEndian.Uint16(buf[6:8]))
+	return nil
+}
+
+func probeUDP(addr string) error {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("echoed %q\n", buf[:n])
+	return nil
+}
+
+func probeSocket(kind string) error {
+	var fd int
+	var err error
+	switch kind {
+	case "raw":
+		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP)
+	case "packet":
+		fd, err = syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, 0x0300) // htons(ETH_P_ALL)
+	case "icmp":
+		fd, err = syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMP)
+	case "icmp6":
+		fd, err = syscall.Socket(syscall.AF_INET6, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMPV6)
+	default:
+		usage()
+	}
+	if err != nil {
+		return err
+	}
+	syscall.Close(fd)
+	fmt.Printf("opened %s socket\n", kind)
+	return nil
+}
