@@ -1,0 +1,177 @@
+package ruleset
+
+import (
+	"errors"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+
+	"github.com/aisb-dev/aisb/internal/netnstest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func ep(s string) Endpoint {
+	ap := netip.MustParseAddrPort(s)
+	return Endpoint{Addr: ap.Addr(), Port: ap.Port()}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// goldenPolicies are rendered to testdata/NAME.nft and, in the kernel test,
+// installed and listed back with nft.
+var goldenPolicies = map[string]Policy{
+	"allow":     {Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
+	"hostports": {Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
+	"slirp":     {Version: 1, Mode: ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
+	"none":      {Version: 1, Mode: ModeNone},
+	"nogate":    {Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")}},
+}
+
+func TestGolden(t *testing.T) {
+	for name, p := range goldenPolicies {
+		rs, err := Build(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		path := filepath.Join("testdata", name+".nft")
+		if *update {
+			os.WriteFile(path, []byte(rs.Text()), 0o644)
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.Text() != string(want) {
+			t.Errorf("%s: rendered\n%s\nwant\n%s", name, rs.Text(), want)
+		}
+	}
+}
+
+func TestBuild(t *testing.T) {
+	tests := []struct {
+		name    string
+		p       Policy
+		want    []string // rule texts after loopback and established
+		wantErr error
+	}{
+		{"allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128"))}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
+		{"duplicate host port folded", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), HostPorts: []Endpoint{ep("100.64.0.1:3128")}}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
+		{"no-gate", Policy{Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, []string{"ip daddr 192.0.2.1 tcp dport 80 accept", "ip daddr 192.0.2.1 tcp dport 443 accept"}, nil},
+		{"none", Policy{Version: 1, Mode: ModeNone}, nil, nil},
+		{"open", Policy{Version: 1, Mode: ModeOpen}, nil, ErrOpen},
+		{"version", Policy{Version: 2, Mode: ModeNone}, nil, ErrPolicy},
+		{"mode", Policy{Version: 1, Mode: "wide"}, nil, ErrPolicy},
+		{"allow without gate", Policy{Version: 1, Mode: ModeAllow}, nil, ErrPolicy},
+		{"ipv6 gate", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("[::1]:3128"))}, nil, ErrPolicy},
+		{"gate port 0", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:0"))}, nil, ErrPolicy},
+		{"unspecified", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("0.0.0.0:3128"))}, nil, ErrPolicy},
+		{"none with ports", Policy{Version: 1, Mode: ModeNone, HostPorts: []Endpoint{ep("100.64.0.1:1")}}, nil, ErrPolicy},
+		{"pinned in allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, nil, ErrPolicy},
+		{"ipv6 pinned", Policy{Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("2001:db8::1")}}, nil, ErrPolicy},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := Build(tt.p)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range rs.Rules[2:] {
+				got = append(got, r.text())
+			}
+			if rs.Rules[0].Kind != Loopback || rs.Rules[1].Kind != Established || strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("rules %v, want loopback, established, %q", rs.Rules, tt.want)
+			}
+		})
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"version":1,"mode":"allow","gate":{"addr":"100.64.0.1","port":3128}}`))
+	if err != nil || p.Gate.Port != 3128 {
+		t.Fatalf("%+v %v", p, err)
+	}
+	for _, bad := range []string{``, `{}`, `{"version":1,"mode":"allow","gate":{"addr":"100.64.0.1","port":3128},"extra":1}`,
+		`{"version":1,"mode":"none"} {}`, `{"version":1,"mode":"allow","gate":{"addr":"not-an-ip","port":1}}`} {
+		if _, err := ParsePolicy([]byte(bad)); !errors.Is(err, ErrPolicy) {
+			t.Errorf("ParsePolicy(%q) = %v, want ErrPolicy", bad, err)
+		}
+	}
+}
+
+// TestKernel installs each golden ruleset in a fresh network namespace, has nft
+// list it back after the kernel normalised it, and compares with the golden
+// file; then it tampers with the table and checks that Verify notices.
+func TestKernel(t *testing.T) {
+	for name, p := range goldenPolicies {
+		t.Run(name, func(t *testing.T) {
+			ns := netnstest.New(t)
+			rs, _ := Build(p)
+			c, err := nftables.New(nftables.WithNetNSFd(ns.FD))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rs.Apply(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := rs.Verify(c); err != nil {
+				t.Fatalf("verify right after apply: %v", err)
+			}
+			listed := ns.MustRun(t, "nft", "list", "ruleset")
+			want, _ := os.ReadFile(filepath.Join("testdata", name+".nft"))
+			if listed != string(want) {
+				t.Errorf("kernel holds\n%s\nwant\n%s", listed, want)
+			}
+		})
+	}
+}
+
+func TestVerifyCatchesTampering(t *testing.T) {
+	p := goldenPolicies["hostports"]
+	rs, _ := Build(p)
+	for _, tamper := range []struct {
+		name string
+		nft  string
+	}{
+		{"policy accept", "add chain inet aisb output { type filter hook output priority filter; policy accept; }"},
+		{"rule deleted", "delete rule inet aisb output handle 4"},
+		{"rule added", "add rule inet aisb output udp dport 53 accept"},
+		{"rule changed", "replace rule inet aisb output handle 4 ip daddr 100.64.0.1 tcp dport 22 accept"},
+		{"second table", "add table inet other"},
+		{"second chain", "add chain inet aisb input { type filter hook input priority filter; policy accept; }"},
+		{"priority moved", "delete table inet aisb; add table inet aisb; add chain inet aisb output { type filter hook output priority 10; policy drop; }"},
+	} {
+		t.Run(tamper.name, func(t *testing.T) {
+			ns := netnstest.New(t)
+			c, err := nftables.New(nftables.WithNetNSFd(ns.FD))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rs.Apply(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := rs.Verify(c); err != nil {
+				t.Fatalf("control: verify before tampering: %v", err)
+			}
+			if out, err := ns.Command("nft", tamper.nft).CombinedOutput(); err != nil {
+				t.Fatalf("tamper: %v %s", err, out)
+			}
+			if err := rs.Verify(c); !errors.Is(err, ErrMismatch) {
+				t.Errorf("verify after %s = %v, want ErrMismatch", tamper.name, err)
+			}
+		})
+	}
+}
+
