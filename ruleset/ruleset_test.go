@@ -174,4 +174,3 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		})
 	}
 }
-

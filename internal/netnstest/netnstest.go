@@ -68,4 +68,3 @@ func (ns *NS) Veth(t testing.TB, local, peer string) *NS {
 	host.MustRun(t, "ip", "link", "set", "v"+b, "up")
 	return host
 }
-
