@@ -80,7 +80,7 @@ func (rs *Ruleset) Apply(c *nftables.Conn) error {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.Exprs()})
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("install table: %w", err)
+		return fmt.Errorf("send batch: %w", err)
 	}
 	return nil
 }

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/google/nftables"
 )
 
 const timeout = 3 * time.Second
@@ -47,6 +49,18 @@ func main() {
 	case "socket":
 		need(args, 1)
 		err = probeSocket(args[0])
+	case "ping":
+		need(args, 1)
+		err = probePing(args[0])
+	case "loopback":
+		need(args, 0)
+		err = probeLoopback()
+	case "status":
+		need(args, 0)
+		err = probeStatus()
+	case "nft":
+		need(args, 1)
+		err = probeNFT(args[0])
 	default:
 		usage()
 	}
@@ -57,7 +71,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | socket raw|packet|icmp|icmp6")
+	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | loopback | status | nft list|flush|delete|accept")
 	os.Exit(2)
 }
 
@@ -179,5 +193,104 @@ func probeSocket(kind string) error {
 	}
 	syscall.Close(fd)
 	fmt.Printf("opened %s socket\n", kind)
+	return nil
+}
+
+// probeLoopback listens on 127.0.0.1 and connects to itself.
+func probeLoopback() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("hello"))
+			c.Close()
+		}
+	}()
+	return probeTCP(ln.Addr().String())
+}
+
+// probeStatus prints the identity and capability lines of /proc/self/status
+// and the effective uid, one per line. It always exits 0.
+func probeStatus() error {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, k := range []string{"Uid:", "Gid:", "Groups:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NoNewPrivs:", "Seccomp:"} {
+			if strings.HasPrefix(line, k) {
+				fmt.Println(strings.Join(strings.Fields(line), " "))
+			}
+		}
+	}
+	fmt.Printf("euid: %d\n", os.Geteuid())
+	return nil
+}
+
+// probeNFT tries to change (or read) the sandbox's table over netlink.
+func probeNFT(op string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: "aisb"}
+	switch op {
+	case "list":
+		ts, err := c.ListTables()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("listed %d tables\n", len(ts))
+		return nil
+	case "flush":
+		c.FlushRuleset()
+	case "delete":
+		c.DelTable(t)
+	case "accept":
+		accept := nftables.ChainPolicyAccept
+		c.AddChain(&nftables.Chain{Name: "output", Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	default:
+		usage()
+	}
+	if err := c.Flush(); err != nil {
+		return err
+	}
+	fmt.Printf("changed the table: %s\n", op)
+	return nil
+}
+
+// probePing sends one ICMP echo over an unprivileged ICMP datagram socket
+// (allowed by net.ipv4.ping_group_range) and waits for the reply.
+func probePing(addr string) error {
+	ip := net.ParseIP(addr).To4()
+	if ip == nil {
+		return fmt.Errorf("not an IPv4 address: %s", addr)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, syscall.IPPROTO_ICMP)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	tv := syscall.NsecToTimeval(timeout.Nanoseconds())
+	syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
+	echo := []byte{8, 0, 0, 0, 0, 0, 0, 1, 'a', 'i', 's', 'b'}
+	sa := &syscall.SockaddrInet4{}
+	copy(sa.Addr[:], ip)
+	if err := syscall.Sendto(fd, echo, 0, sa); err != nil {
+		return err
+	}
+	buf := make([]byte, 64)
+	n, _, err := syscall.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return err
+	}
+	if n < 1 || buf[0] != 0 {
+		return fmt.Errorf("unexpected ICMP type %d", buf[0])
+	}
+	fmt.Printf("echo reply from %s\n", addr)
 	return nil
 }

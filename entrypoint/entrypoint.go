@@ -1,0 +1,183 @@
+// Package entrypoint is the sandbox's first process: it locks the network
+// namespace with a verified default-drop table, drops every privilege, then
+// execs the command. It fails closed: the command never runs unenforced.
+package entrypoint
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"github.com/google/nftables"
+
+	"github.com/aisb-dev/aisb/ruleset"
+)
+
+// Exit statuses; aisb turns 77 and 78 into a sentence for the user.
+const (
+	ExitEnforce  = 77  // EX_NOPERM: the table or the privilege drop could not be enforced
+	ExitPolicy   = 78  // EX_CONFIG: the session policy is missing, unreadable or invalid
+	ExitUsage    = 64  // EX_USAGE: no command given
+	ExitNoExec   = 126 // the command exists but cannot be executed
+	ExitNotFound = 127 // the command does not exist
+)
+
+// PolicyPath is where aisb mounts the session policy, read-only.
+const PolicyPath = "/etc/aisb/policy.json"
+
+// AgentUID and AgentGID are who the command runs as.
+const (
+	AgentUID = 1000
+	AgentGID = 1000
+)
+
+// Entrypoint runs the fixed sequence; options exist for tests.
+type Entrypoint struct {
+	policyPath string
+	uid, gid   int
+	stderr     io.Writer
+	nft        func() (*nftables.Conn, error)
+}
+
+// Option changes an Entrypoint; for tests.
+type Option func(*Entrypoint)
+
+// WithStderr sends the entrypoint's messages to w.
+func WithStderr(w io.Writer) Option { return func(e *Entrypoint) { e.stderr = w } }
+
+// New returns the entrypoint with its production settings.
+func New(opts ...Option) *Entrypoint {
+	e := &Entrypoint{
+		policyPath: PolicyPath,
+		uid:        AgentUID,
+		gid:        AgentGID,
+		stderr:     os.Stderr,
+		nft:        func() (*nftables.Conn, error) { return nftables.New() },
+	}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// stepError names the step that failed and carries the exit status.
+type stepError struct {
+	step string
+	code int
+	err  error
+}
+
+func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
+func (e *stepError) Unwrap() error { return e.err }
+
+func fail(step string, code int, err error) *stepError {
+	return &stepError{step: step, code: code, err: err}
+}
+
+// Main parses args (without the program name), runs the sequence and returns
+// an exit status; on success it does not return, because the command replaced
+// this process.
+func (e *Entrypoint) Main(args []string) int {
+	fs := flag.NewFlagSet("aisb-entrypoint", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	unenforced := fs.Bool("allow-unenforced", false, "run the command even without a network table (the privilege drop still happens)")
+	fs.StringVar(&e.policyPath, "policy", PolicyPath, "session policy `file` (tests only; aisb always uses the default)")
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "usage: aisb-entrypoint [--allow-unenforced] -- COMMAND [ARGS...]")
+	}
+	if err := fs.Parse(args); err != nil {
+		return ExitUsage
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return ExitUsage
+	}
+	err := e.run(fs.Args(), *unenforced)
+	var se *stepError
+	if errors.As(err, &se) {
+		fmt.Fprintf(e.stderr, "aisb-entrypoint: %v\n", err)
+		return se.code
+	}
+	fmt.Fprintf(e.stderr, "aisb-entrypoint: %v\n", err)
+	return ExitEnforce
+}
+
+// run is the fail-closed sequence. Its steps run in this order and no other:
+// the command is exec'd only after every step before it succeeded.
+func (e *Entrypoint) run(argv []string, unenforced bool) error {
+	// The table is bound to this thread's network namespace, and the
+	// capability and no_new_privs state that the command inherits is per
+	// thread: everything from here to execve happens on this one thread.
+	runtime.LockOSThread()
+
+	// 1. Read the session policy. Missing, unreadable or invalid: the
+	//    command never runs.
+	b, err := os.ReadFile(e.policyPath)
+	if err != nil {
+		return fail("read policy", ExitPolicy, err)
+	}
+	p, err := ruleset.ParsePolicy(b)
+	if err != nil {
+		return fail("read policy", ExitPolicy, fmt.Errorf("%s: %w", e.policyPath, err))
+	}
+
+	// 2. and 3. Install the table in one batch, then read it back and
+	//    compare it field by field. Reading back needs CAP_NET_ADMIN too,
+	//    so both happen before the privilege drop.
+	switch {
+	case unenforced:
+		fmt.Fprintln(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: no network table installed; this sandbox's network is NOT enforced")
+	case p.Mode == ruleset.ModeOpen:
+		fmt.Fprintln(e.stderr, "aisb-entrypoint: WARNING: network mode open: no network table installed; the sandbox can reach anything the host can")
+	default:
+		if err := e.enforce(p); err != nil {
+			return err
+		}
+	}
+
+	// 4. Drop every privilege and check that nothing is left.
+	if err := dropPrivileges(e.uid, e.gid); err != nil {
+		return fail("drop privileges", ExitEnforce, err)
+	}
+	if err := verifyPrivileges(e.uid, e.gid); err != nil {
+		return fail("verify privileges", ExitEnforce, err)
+	}
+
+	// 5. Exec the command on this same thread, as the agent user.
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		code := ExitNotFound
+		if errors.Is(err, os.ErrPermission) {
+			code = ExitNoExec
+		}
+		return fail("exec "+argv[0], code, err)
+	}
+	err = syscall.Exec(path, argv, os.Environ())
+	return fail("exec "+argv[0], ExitNoExec, err)
+}
+
+func (e *Entrypoint) enforce(p ruleset.Policy) error {
+	rs, err := ruleset.Build(p)
+	if err != nil {
+		return fail("build table", ExitPolicy, err)
+	}
+	conn, err := e.nft()
+	if err != nil {
+		return fail("install table", ExitEnforce, err)
+	}
+	if err := rs.Apply(conn); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			err = fmt.Errorf("%w (the sandbox needs CAP_NET_ADMIN for its first moments)", err)
+		}
+		return fail("install table", ExitEnforce, err)
+	}
+	if err := rs.Verify(conn); err != nil {
+		return fail("verify table", ExitEnforce, err)
+	}
+	return nil
+}
