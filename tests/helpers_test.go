@@ -1,0 +1,84 @@
+package tests
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/aisb-dev/aisb/internal/testhost"
+	"github.com/aisb-dev/aisb/ruleset"
+)
+
+// helper is one rootless network helper and how the sandbox sees the host's loopback.
+type helper struct {
+	name    string
+	network string // podman --network value
+	mapped  string // the host's 127.0.0.1 as seen from the container
+}
+
+var helpers = []helper{
+	{"pasta", "pasta:--map-host-loopback,100.64.0.1", "100.64.0.1"},
+	{"slirp4netns", "slirp4netns:allow_host_loopback=true", "10.0.2.2"},
+}
+
+// listenLoopback serves a greeting on a free port of the host's 127.0.0.1
+// until the test ends, and returns the port.
+func listenLoopback(t *testing.T, greeting string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(greeting + "\n"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// agentDir is a temporary directory the test user (and uid 1000 in a
+// container) can read.
+func agentDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "aisb-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func writePolicy(t *testing.T, p ruleset.Policy) string {
+	t.Helper()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(agentDir(t), "policy.json")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// plainRun runs the probe in a rootless container with no sandbox: the control.
+func plainRun(t *testing.T, h helper, probe string, args ...string) testhost.Result {
+	t.Helper()
+	return testhost.Podman(t, append([]string{"run", "--rm", "--network=" + h.network,
+		"-v", probe + ":/probe:ro", testhost.BaseImage, "/probe"}, args...)...)
+}
