@@ -12,7 +12,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -199,6 +201,10 @@ func Cleanup() {
 	if shared != "" {
 		os.RemoveAll(shared)
 	}
+	if svcCmd != nil {
+		svcCmd.Process.Signal(syscall.SIGTERM)
+		svcCmd.Wait()
+	}
 }
 
 // DNSQueries returns the names the upstream's resolver was asked for since
@@ -233,4 +239,66 @@ func DNSMark(t testing.TB) int64 {
 		t.Fatalf("stat the upstream's DNS log: %v", err)
 	}
 	return fi.Size()
+}
+
+var (
+	svcMu  sync.Mutex
+	svcURI string
+	svcCmd *exec.Cmd
+)
+
+// Service starts `podman system service` as the test user once per test
+// binary and returns its URI, for code that drives Podman through the
+// bindings (set it as CONTAINER_HOST). Cleanup stops it.
+func Service(t testing.TB) string {
+	t.Helper()
+	Require(t)
+	svcMu.Lock()
+	defer svcMu.Unlock()
+	if svcURI != "" {
+		return svcURI
+	}
+	u, err := user.Lookup(User)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := fmt.Sprintf("/run/user/%s/aisb-test-%d.sock", u.Uid, os.Getpid())
+	os.Remove(sock)
+	cmd := UserCommand(context.Background(), "podman", "system", "service", "--time=0", "unix://"+sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start podman service: %v", err)
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if i == 200 {
+			cmd.Process.Kill()
+			t.Fatalf("podman service socket %s did not appear", sock)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	svcCmd, svcURI = cmd, "unix://"+sock
+	return svcURI
+}
+
+// UserDir is a temporary directory owned by the test user.
+func UserDir(t testing.TB) string {
+	t.Helper()
+	u, err := user.Lookup(User)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "aisb-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	return dir
 }

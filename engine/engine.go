@@ -1,0 +1,154 @@
+// Package engine connects aisb to the user's rootless Podman through its API
+// bindings, starting a private `podman system service` when nothing listens.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/blang/semver/v4"
+	"github.com/containers/podman/v5/pkg/bindings"
+)
+
+// MinVersion is the oldest Podman service aisb drives; pasta needs MinPasta.
+var (
+	MinVersion = semver.MustParse("4.0.0")
+	MinPasta   = semver.MustParse("4.4.0")
+)
+
+// Conn is a live connection to a Podman service.
+type Conn struct {
+	// Ctx carries the bindings' connection; pass it to every bindings call.
+	Ctx     context.Context
+	URI     string
+	Version semver.Version
+	private *exec.Cmd     // the service aisb started, if any
+	exited  chan struct{} // closed when the private service has exited
+	sock    string
+}
+
+// Connect uses CONTAINER_HOST, else the user's rootless socket, else starts
+// `podman system service` privately for this process; the private service
+// exits with aisb (parent-death signal) and on Close.
+func Connect(ctx context.Context, logw io.Writer) (*Conn, error) {
+	c := &Conn{}
+	switch {
+	case os.Getenv("CONTAINER_HOST") != "":
+		c.URI = os.Getenv("CONTAINER_HOST")
+	default:
+		runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
+		if runtimeDir == "" {
+			runtimeDir = fmt.Sprintf("/run/user/%d", os.Getuid())
+		}
+		sock := filepath.Join(runtimeDir, "podman", "podman.sock")
+		if listening(sock) {
+			c.URI = "unix://" + sock
+			break
+		}
+		if err := c.startPrivate(runtimeDir, logw); err != nil {
+			return nil, err
+		}
+	}
+	bctx, err := bindings.NewConnection(ctx, c.URI)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connect to podman at %s: %w", c.URI, err)
+	}
+	c.Ctx = bctx
+	v := bindings.ServiceVersion(bctx)
+	if v == nil || v.LT(MinVersion) {
+		c.Close()
+		return nil, fmt.Errorf("connect to podman at %s: the service is version %v; aisb needs Podman %s or newer", c.URI, v, MinVersion)
+	}
+	c.Version = *v
+	return c, nil
+}
+
+func listening(sock string) bool {
+	conn, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+func (c *Conn) startPrivate(runtimeDir string, logw io.Writer) error {
+	podman, err := exec.LookPath("podman")
+	if err != nil {
+		return errors.New("start podman service: podman is not on PATH; install rootless Podman 4.4 or newer")
+	}
+	dir := filepath.Join(runtimeDir, "aisb")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("start podman service: %w", err)
+	}
+	c.sock = filepath.Join(dir, fmt.Sprintf("podman-%d.sock", os.Getpid()))
+	os.Remove(c.sock)
+	c.URI = "unix://" + c.sock
+	cmd := exec.Command(podman, "system", "service", "--time=0", c.URI)
+	cmd.Stdout, cmd.Stderr = logw, logw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start podman service: %w", err)
+	}
+	c.private = cmd
+	c.exited = make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(c.exited) }()
+	deadline := time.After(20 * time.Second)
+	for !listening(c.sock) {
+		select {
+		case <-c.exited:
+			c.private = nil
+			return fmt.Errorf("start podman service: it exited: %v", waitErr)
+		case <-deadline:
+			c.Close()
+			return errors.New("start podman service: its socket did not come up within 20s")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Private reports whether aisb started the service itself.
+func (c *Conn) Private() bool { return c.private != nil }
+
+// Close stops the private service, if aisb started one.
+func (c *Conn) Close() error {
+	if c.private != nil && c.private.Process != nil {
+		c.private.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+		case <-time.After(3 * time.Second):
+			c.private.Process.Kill()
+			<-c.exited
+		}
+		c.private = nil
+	}
+	if c.sock != "" {
+		os.Remove(c.sock)
+	}
+	return nil
+}
+
+// RequirePasta fails with a clear message when the service is too old for pasta.
+func (c *Conn) RequirePasta() error {
+	if c.Version.LT(MinPasta) {
+		return fmt.Errorf("podman %s has no pasta network mode (needs %s); use slirp4netns or upgrade Podman", c.Version, MinPasta)
+	}
+	return nil
+}
+
+// IsNotFound reports whether err is the service's "no such container/image".
+func IsNotFound(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "no such") || strings.Contains(err.Error(), "not found"))
+}

@@ -1,0 +1,170 @@
+package gate
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Audit events.
+const (
+	EventAllowed = "network_allowed"
+	EventBlocked = "network_blocked"
+)
+
+// RuleUntagged is recorded for a line squid wrote without a rule: a request
+// it could not parse, or a client gone during the check. It counts as blocked.
+const RuleUntagged = "untagged"
+
+// RuleMalformed is recorded for a log line that is not in the gate's format.
+const RuleMalformed = "malformed"
+
+// Event is one audit record: one allow or one block.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Session string    `json:"session"`
+	Event   string    `json:"event"`
+	Method  string    `json:"method"`
+	Host    string    `json:"host"`
+	Port    int       `json:"port"`
+	Status  int       `json:"status"`
+	Rule    string    `json:"rule"`
+	Bytes   int64     `json:"bytes"`
+	Client  string    `json:"client,omitempty"`
+}
+
+// Blocked reports whether the event is a refusal.
+func (e Event) Blocked() bool { return e.Event != EventAllowed }
+
+// ErrLogLine wraps every line ParseLine cannot read.
+var ErrLogLine = errors.New("not a gate access-log line")
+
+// ParseLine reads one access-log line written with the gate's logformat:
+//
+//	aisb1 TIME SESSION CLIENT METHOD HOST PORT STATUS BYTES RULE
+//
+// HOST is squid's view of the destination and may, for a crafted request,
+// contain spaces: it is everything between METHOD and the last four fields.
+func ParseLine(line string) (Event, error) {
+	f := strings.Fields(line)
+	if len(f) < 10 || f[0] != LogVersion {
+		return Event{}, fmt.Errorf("%w: %.80q", ErrLogLine, line)
+	}
+	secs, err := strconv.ParseFloat(f[1], 64)
+	if err != nil || secs < 0 || secs > 1e11 {
+		return Event{}, fmt.Errorf("%w: time %.40q", ErrLogLine, f[1])
+	}
+	n := len(f)
+	e := Event{
+		Time:    time.UnixMilli(int64(secs * 1000)).UTC(),
+		Session: f[2],
+		Client:  f[3],
+		Method:  f[4],
+		Host:    strings.Join(f[5:n-4], " "),
+		Rule:    f[n-1],
+	}
+	e.Port, _ = strconv.Atoi(f[n-4])   // "-" when squid had no port
+	e.Status, _ = strconv.Atoi(f[n-3]) // "-" or 0 when no reply was sent
+	e.Bytes, _ = strconv.ParseInt(f[n-2], 10, 64)
+	if e.Rule == "-" || e.Rule == "" {
+		e.Rule = RuleUntagged
+	}
+	e.Event = EventBlocked
+	if e.Rule == RuleAllowed {
+		e.Event = EventAllowed
+	}
+	return e, nil
+}
+
+// Follow converts the access log at path into JSON audit lines on out as
+// squid writes them, until ctx ends; then it converts what remains and
+// returns. A missing log is waited for.
+func Follow(ctx context.Context, path, session string, out io.Writer) error {
+	var f *os.File
+	for f == nil {
+		var err error
+		f, err = os.Open(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("follow %s: %w", path, err)
+		}
+		if f == nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	enc := json.NewEncoder(out)
+	var partial string
+	for {
+		line, err := r.ReadString('\n')
+		partial += line
+		if err == nil {
+			if werr := enc.Encode(eventFor(strings.TrimRight(partial, "\r\n"), session)); werr != nil {
+				return fmt.Errorf("write audit: %w", werr)
+			}
+			partial = ""
+			continue
+		}
+		if !errors.Is(err, io.EOF) {
+			return fmt.Errorf("follow %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			// Drain what squid wrote before it stopped.
+			rest, _ := io.ReadAll(r)
+			for _, l := range strings.Split(partial+string(rest), "\n") {
+				if strings.TrimSpace(l) != "" {
+					enc.Encode(eventFor(l, session))
+				}
+			}
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// eventFor never drops a line: one the parser cannot read is a blocked event.
+func eventFor(line, session string) Event {
+	e, err := ParseLine(line)
+	if err != nil {
+		return Event{Time: time.Now().UTC(), Session: session, Event: EventBlocked, Rule: RuleMalformed, Host: "-"}
+	}
+	return e
+}
+
+// Advice says how to allow what an event blocked, or why no allowlist entry can.
+func Advice(e Event) string {
+	switch e.Rule {
+	case RuleAllowed:
+		return ""
+	case RuleNotListed:
+		return fmt.Sprintf("to allow it: aisb run --allow %s, or add %q to network.allowed_hosts", e.Host, e.Host)
+	case RuleIPLiteral:
+		return "the gate admits names, not addresses: use the host name (an address is admitted only when listed exactly)"
+	case RuleInternal:
+		return fmt.Sprintf("%s resolved to an internal address (loopback, private, link-local, CGNAT or the host's own); no allowlist entry lifts this", e.Host)
+	case RuleConnectPort:
+		return fmt.Sprintf("HTTPS tunnels go to port 443 only, not %d; no allowlist entry lifts this", e.Port)
+	case RulePort:
+		return fmt.Sprintf("plain HTTP goes to ports 80 and 443 only, not %d; no allowlist entry lifts this", e.Port)
+	case RuleScheme:
+		return "only http:// requests and HTTPS tunnels pass the gate; no allowlist entry lifts this"
+	case RuleManager:
+		return "the gate's cache manager is never reachable"
+	case RuleClient:
+		return "the request did not come from the sandbox's side of the gate"
+	default:
+		return "the gate could not read or finish this request (malformed, or the client left during the check)"
+	}
+}

@@ -1,0 +1,261 @@
+package gate
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/policy"
+)
+
+//go:embed Containerfile
+var containerfile []byte
+
+// ImageSpec is the gate image on base.
+func ImageSpec(base string) image.Spec {
+	return image.Spec{Name: "aisb-gate", Containerfile: containerfile, BaseImage: base}
+}
+
+// Labels aisb puts on its containers.
+const (
+	LabelKind    = "io.aisb.kind"    // "gate" or "sandbox"
+	LabelSession = "io.aisb.session" // session id, or the gate's name for a long-lived gate
+	LabelOwner   = "io.aisb.owner"   // "PID:STARTTIME" of the aisb process that owns it; absent for long-lived gates
+)
+
+// dirInContainer is where the session directory is mounted in the gate.
+const dirInContainer = "/gate"
+
+// proxyUID is Debian's proxy user, which the gate runs as.
+const proxyUID = 13
+
+// Options start one gate.
+type Options struct {
+	Session   string        // session id or long-lived gate name
+	Dir       string        // the session directory on the host (created if missing)
+	Image     string        // the gate image (from image.Ensure(ImageSpec(...)))
+	Allowlist []policy.Host // validated
+	DNS       []netip.Addr
+	Owner     string // LabelOwner value; empty for a long-lived gate
+	Log       io.Writer
+}
+
+// Gate is a running gate.
+type Gate struct {
+	Name    string // container name
+	Session string
+	Port    int    // on the host's 127.0.0.1
+	Dir     string // the session directory: squid.conf, access.log, cache.log
+}
+
+// ContainerName is the gate container's name for a session.
+func ContainerName(session string) string { return "aisb-gate-" + session }
+
+// HostAddrs lists the addresses configured on the host's interfaces; the gate
+// shares the host's network, so names resolving to them must be refused.
+func HostAddrs() ([]netip.Addr, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list host addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out, nil
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ErrNotStarted wraps every failure of squid to come up.
+var ErrNotStarted = errors.New("gate did not start")
+
+// Start renders squid.conf for a free loopback port, runs the gate container
+// and waits until the port accepts connections. On any failure nothing is
+// left running.
+func Start(c *engine.Conn, o Options) (*Gate, error) {
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	hostAddrs, err := HostAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("start gate: find a free port: %w", err)
+	}
+	conf, err := Render(Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, DNS: o.DNS, HostAddrs: hostAddrs})
+	if err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
+		os.Remove(filepath.Join(o.Dir, f))
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "squid.conf"), []byte(conf), 0o644); err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, Dir: o.Dir}
+
+	s := specgen.NewSpecGenerator(o.Image, false)
+	s.Name = g.Name
+	s.Command = []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
+	s.NetNS = specgen.Namespace{NSMode: specgen.Host}
+	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", proxyUID, proxyUID))
+	if err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	s.UserNS = userns
+	s.User = "proxy"
+	s.CapDrop = []string{"ALL"}
+	s.NoNewPrivileges = ptr(true)
+	s.ReadOnlyFilesystem = ptr(true)
+	s.ReadWriteTmpfs = ptr(true)
+	s.Mounts = []spec.Mount{{Type: "bind", Source: o.Dir, Destination: dirInContainer, Options: []string{"rw"}}}
+	s.Labels = map[string]string{LabelKind: "gate", LabelSession: o.Session}
+	if o.Owner != "" {
+		s.Labels[LabelOwner] = o.Owner
+	}
+	if _, err := containers.CreateWithSpec(c.Ctx, s, nil); err != nil {
+		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
+	}
+	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {
+		g.Stop(c)
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	if err := g.waitReady(c, 20*time.Second); err != nil {
+		g.Stop(c)
+		return nil, err
+	}
+	return g, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitReady waits until squid listens on its port (its pid file appears
+// before the listener) while the container is still running. It reads the
+// kernel's socket table rather than connecting, so that readiness leaves no
+// line in the audit log.
+func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if listening(g.Port) && g.running(c) {
+			return nil
+		}
+		if !g.running(c) {
+			return fmt.Errorf("start gate: %w: squid exited: %s", ErrNotStarted, g.squidError())
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("start gate: %w: 127.0.0.1:%d did not accept connections within %s: %s", ErrNotStarted, g.Port, timeout, g.squidError())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// listening reports whether a socket of this network namespace listens on
+// 127.0.0.1:port (state 0A in /proc/net/tcp).
+func listening(port int) bool {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf("0100007F:%04X", port)
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 3 && f[1] == want && f[3] == "0A" {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Gate) running(c *engine.Conn) bool {
+	data, err := containers.Inspect(c.Ctx, g.Name, nil)
+	return err == nil && data.State != nil && data.State.Running
+}
+
+// squidError is squid's own complaint from cache.log: its FATAL/ERROR lines,
+// or the last lines.
+func (g *Gate) squidError() string {
+	b, _ := os.ReadFile(filepath.Join(g.Dir, "cache.log"))
+	var bad, all []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.Contains(l, "FATAL") || strings.Contains(l, "ERROR") || strings.Contains(l, "Bungled") {
+			bad = append(bad, strings.TrimSpace(l))
+		}
+		all = append(all, l)
+	}
+	if len(bad) > 0 {
+		return strings.Join(bad, "; ")
+	}
+	if len(all) > 3 {
+		all = all[len(all)-3:]
+	}
+	if s := strings.Join(all, "; "); s != "" {
+		return s
+	}
+	return "no message in " + filepath.Join(g.Dir, "cache.log")
+}
+
+// Addr is the gate's address on the host.
+func (g *Gate) Addr() string { return fmt.Sprintf("127.0.0.1:%d", g.Port) }
+
+// Stop removes the gate container (squid gets SIGTERM, then SIGKILL after 2s).
+func (g *Gate) Stop(c *engine.Conn) error {
+	return Remove(c, g.Name)
+}
+
+// Remove force-removes a gate container by name; a missing one is no error.
+func Remove(c *engine.Conn, name string) error {
+	_, err := containers.Remove(c.Ctx, name, new(containers.RemoveOptions).WithForce(true).WithTimeout(2).WithIgnore(true))
+	if err != nil && !engine.IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return nil
+}
+
+// Find returns the running gate of a long-lived name, reading its port back
+// from its squid.conf in dir.
+func Find(c *engine.Conn, name, dir string) (*Gate, error) {
+	g := &Gate{Name: ContainerName(name), Session: name, Dir: dir}
+	if !g.running(c) {
+		return nil, fmt.Errorf("gate %s is not running; start it with `aisb gate up %s`", name, name)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "squid.conf"))
+	if err != nil {
+		return nil, fmt.Errorf("gate %s: %w", name, err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(l, "http_port 127.0.0.1:"); ok {
+			fmt.Sscanf(p, "%d", &g.Port)
+		}
+	}
+	if g.Port == 0 {
+		return nil, fmt.Errorf("gate %s: no http_port in its squid.conf", name)
+	}
+	return g, nil
+}
+

@@ -1,0 +1,341 @@
+package gate_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/internal/testhost"
+	"github.com/aisb-dev/aisb/policy"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testhost.Cleanup()
+	os.Exit(code)
+}
+
+// connect drives the test user's rootless Podman through the bindings and
+// makes sure the gate image exists.
+func connect(t *testing.T) (*engine.Conn, string) {
+	t.Helper()
+	t.Setenv("CONTAINER_HOST", testhost.Service(t))
+	c, err := engine.Connect(context.Background(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var progress bytes.Buffer
+	tag, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), &progress)
+	if err != nil {
+		t.Fatalf("gate image: %v\n%s", err, progress.String())
+	}
+	return c, tag
+}
+
+func allowlist(t *testing.T, entries ...string) []policy.Host {
+	t.Helper()
+	hs, errs := policy.ParseAllowlist(entries)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return hs
+}
+
+// TestSquidParse: every generated config passes squid -k parse in the gate
+// image with no ERROR, FATAL, WARNING, NOTICE, UPGRADE or UNRECOGNIZED line
+// but the single expected Via warning.
+func TestSquidParse(t *testing.T) {
+	c, img := connect(t)
+	_ = c
+	dns := []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}
+	hostAddrs, _ := gate.HostAddrs()
+	for name, cfg := range map[string]gate.Config{
+		"empty":     {},
+		"names":     {Allowlist: allowlist(t, "allowed.test", ".domain.test", "api.github.com")},
+		"addresses": {Allowlist: allowlist(t, "198.51.100.10", "192.0.2.7")},
+		"both+dns":  {Allowlist: allowlist(t, ".allowed.test", "198.51.100.10"), DNS: dns},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg.Session, cfg.Port, cfg.Dir, cfg.HostAddrs = "parse-test", 3128, "/gate", hostAddrs
+			conf, err := gate.Render(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := testhost.UserDir(t)
+			os.WriteFile(filepath.Join(dir, "squid.conf"), []byte(conf), 0o644)
+			r := testhost.Podman(t, "run", "--rm", "--network=none", "-v", dir+":/gate:ro", img, "squid", "-k", "parse", "-f", "/gate/squid.conf")
+			if r.Code != 0 {
+				t.Fatalf("squid -k parse: %s", r)
+			}
+			via := 0
+			for _, l := range strings.Split(r.Stdout+r.Stderr, "\n") {
+				switch {
+				case strings.Contains(l, "WARNING: HTTP requires the use of Via"):
+					via++
+				case strings.Contains(l, "ERROR"), strings.Contains(l, "FATAL"), strings.Contains(l, "WARNING"),
+					strings.Contains(l, "NOTICE"), strings.Contains(l, "UPGRADE"), strings.Contains(l, "UNRECOGNIZED"):
+					t.Errorf("squid -k parse: %s", l)
+				}
+			}
+			if via != 1 {
+				t.Errorf("want exactly one Via warning, got %d:\n%s", via, r.Stderr)
+			}
+		})
+	}
+}
+
+// raw sends one request line (and headers) to the gate and returns the
+// status, the open connection and the reader positioned after the headers.
+func raw(t *testing.T, gateAddr, req string) (int, net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", gateAddr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read reply to %q: %v", strings.SplitN(req, "\r\n", 2)[0], err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(req, "CONNECT") {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+	}
+	return resp.StatusCode, conn, br
+}
+
+func get(t *testing.T, gateAddr, url, host string) int {
+	t.Helper()
+	code, conn, _ := raw(t, gateAddr, fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", url, host))
+	conn.Close()
+	return code
+}
+
+func connectTo(t *testing.T, gateAddr, target string) int {
+	t.Helper()
+	code, conn, _ := raw(t, gateAddr, fmt.Sprintf("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target))
+	conn.Close()
+	return code
+}
+
+// serveHTTP listens on addr:80 with a marker reply until the test ends: the
+// host's own loopback and its own address get a service, so that a gate that
+// failed to refuse them would visibly reach something.
+func serveHTTP(t *testing.T, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "80"))
+	if err != nil {
+		t.Fatalf("listen on %s:80 for the control: %v", addr, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host service\n") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// direct fetches http://addr/ without the gate: the control for a refusal.
+func direct(t *testing.T, addr string) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + net.JoinHostPort(addr, "80") + "/")
+	if err != nil {
+		t.Fatalf("control: %s:80 is not reachable without the gate: %v", addr, err)
+	}
+	resp.Body.Close()
+}
+
+type request struct {
+	name   string
+	do     func(t *testing.T, gateAddr string) int
+	status int
+	rule   string
+}
+
+func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts []policy.Host) *gate.Gate {
+	t.Helper()
+	g, err := gate.Start(c, gate.Options{
+		Session: session, Dir: testhost.UserDir(t), Image: img, Allowlist: hosts,
+		DNS: []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Stop(c) })
+	return g
+}
+
+// TestGate runs a real gate and asks it for everything the design admits and
+// refuses; every refusal of a reachable target is paired with its control,
+// and every decision must appear in the access log with its rule.
+func TestGate(t *testing.T) {
+	c, img := connect(t)
+	serveHTTP(t, "127.0.0.1")
+	serveHTTP(t, testhost.HostSelf)
+	for _, a := range append(slices.Collect(mapsValues(testhost.Internal)), testhost.UpstreamAddr, "127.0.0.1", testhost.HostSelf) {
+		direct(t, a)
+	}
+	internalNames := []string{"loopback.test", "private.test", "private172.test", "private192.test", "metadata.test", "cgnat.test", "hostself.test", "mixed.test"}
+	hosts := allowlist(t, append([]string{"allowed.test"}, internalNames...)...)
+	mark := testhost.DNSMark(t)
+	g := startGate(t, c, img, "gate-test", hosts)
+
+	gets := func(url string) func(*testing.T, string) int {
+		return func(t *testing.T, a string) int { return get(t, a, url, strings.Split(strings.TrimPrefix(url, "http://"), "/")[0]) }
+	}
+	connects := func(target string) func(*testing.T, string) int {
+		return func(t *testing.T, a string) int { return connectTo(t, a, target) }
+	}
+	reqs := []request{
+		{"listed name over HTTP", gets("http://allowed.test/"), 200, gate.RuleAllowed},
+		{"listed name over CONNECT", connects("allowed.test:443"), 200, gate.RuleAllowed},
+		{"unlisted name over HTTP", gets("http://other.test/"), 403, gate.RuleNotListed},
+		{"unlisted name over CONNECT", connects("unlisted.test:443"), 403, gate.RuleNotListed},
+		{"CONNECT to 22", connects("allowed.test:22"), 403, gate.RuleConnectPort},
+		{"plain HTTP to 8080", gets("http://allowed.test:8080/"), 403, gate.RulePort},
+		{"ftp scheme", func(t *testing.T, a string) int { return get(t, a, "ftp://allowed.test/", "allowed.test") }, 403, gate.RuleScheme},
+		{"cache manager", gets(fmt.Sprintf("http://127.0.0.1:%d/squid-internal-mgr/menu", g.Port)), 403, gate.RuleManager},
+		{"cache manager by name", gets("http://allowed.test/squid-internal-mgr/menu"), 403, gate.RuleManager},
+	}
+	for _, lit := range []string{testhost.UpstreamAddr, "127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0", "[::1]", "[::ffff:7f00:1]", "[::ffff:198.51.100.10]", "[::]", "10.255.77.10"} {
+		reqs = append(reqs, request{"IP literal " + lit + " over HTTP", gets("http://" + lit + "/"), 403, gate.RuleIPLiteral})
+	}
+	for _, lit := range []string{testhost.UpstreamAddr + ":443", "[::1]:443", "2130706433:443"} {
+		reqs = append(reqs, request{"IP literal " + lit + " over CONNECT", connects(lit), 403, gate.RuleIPLiteral})
+	}
+	for _, n := range internalNames {
+		reqs = append(reqs, request{"listed " + n + " (internal address) over HTTP", gets("http://" + n + "/"), 403, gate.RuleInternal})
+		reqs = append(reqs, request{"listed " + n + " (internal address) over CONNECT", connects(n + ":443"), 403, gate.RuleInternal})
+	}
+	for _, r := range reqs {
+		if got := r.do(t, g.Addr()); got != r.status {
+			t.Errorf("%s: status %d, want %d", r.name, got, r.status)
+		}
+	}
+
+	// HTTPS through an allowed tunnel reaches the upstream end to end.
+	code, conn, br := raw(t, g.Addr(), "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+	if code != 200 {
+		t.Fatalf("CONNECT allowed.test:443: %d", code)
+	}
+	tc := tls.Client(&bufConn{conn, br}, &tls.Config{InsecureSkipVerify: true, ServerName: "allowed.test"})
+	io.WriteString(tc, "GET /over-tls HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n")
+	body, _ := io.ReadAll(tc)
+	if !strings.Contains(string(body), "aisb-upstream https host=allowed.test path=/over-tls") {
+		t.Errorf("HTTPS through the tunnel: %q", body)
+	}
+	conn.Close()
+
+	// A refused name is never resolved: the gate's resolver is not a channel.
+	queries := testhost.DNSQueries(t, mark)
+	for _, refused := range []string{"other.test", "unlisted.test"} {
+		if slices.Contains(queries, refused) {
+			t.Errorf("the gate resolved the refused name %s", refused)
+		}
+	}
+	// Control: allowed names were resolved through the configured resolver.
+	if !slices.Contains(queries, "allowed.test") || !slices.Contains(queries, "private.test") {
+		t.Errorf("allowed names not resolved through network.dns; queries %q", queries)
+	}
+
+	// The access log holds one line per request with the rule that decided.
+	g.Stop(c) // CONNECT lines are written when the tunnel closes
+	events := readEvents(t, g)
+	want := map[string]int{}
+	for _, r := range reqs {
+		want[r.rule]++
+	}
+	want[gate.RuleAllowed]++ // the TLS tunnel
+	got := map[string]int{}
+	for _, e := range events {
+		got[e.Rule]++
+		if e.Session != "gate-test" || (e.Rule == gate.RuleAllowed) == e.Blocked() {
+			t.Errorf("event %+v", e)
+		}
+	}
+	for rule, n := range want {
+		if got[rule] != n {
+			t.Errorf("access log: %d lines with rule %s, want %d (all: %v)", got[rule], rule, n, got)
+		}
+	}
+	if len(events) != len(reqs)+1 {
+		t.Errorf("access log has %d lines for %d requests: %+v", len(events), len(reqs)+1, events)
+	}
+}
+
+func mapsValues(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// TestListedAddress: an IPv4 address listed exactly is admitted as a literal,
+// still refused when it is internal, and other literals stay refused.
+func TestListedAddress(t *testing.T) {
+	c, img := connect(t)
+	direct(t, testhost.UpstreamAddr)
+	direct(t, testhost.Internal["private"])
+	g := startGate(t, c, img, "gate-addr", allowlist(t, testhost.UpstreamAddr, testhost.Internal["private"]))
+	for _, r := range []struct {
+		url    string
+		status int
+	}{
+		{"http://" + testhost.UpstreamAddr + "/", 200},
+		{"http://" + testhost.Internal["private"] + "/", 403},
+		{"http://198.51.100.11/", 403},
+		{"http://allowed.test/", 403},
+	} {
+		if got := get(t, g.Addr(), r.url, "x"); got != r.status {
+			t.Errorf("%s: %d, want %d", r.url, got, r.status)
+		}
+	}
+}
+
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func readEvents(t *testing.T, g *gate.Gate) []gate.Event {
+	t.Helper()
+	var out bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := gate.Follow(ctx, filepath.Join(g.Dir, "access.log"), g.Session, &out); err != nil {
+		t.Fatal(err)
+	}
+	var events []gate.Event
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var e gate.Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("audit line %q: %v", l, err)
+		}
+		events = append(events, e)
+	}
+	return events
+}

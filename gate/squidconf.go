@@ -1,0 +1,196 @@
+// Package gate runs the per-session egress gate: a squid on the host's
+// loopback that admits allowlisted names only, and its audit trail.
+package gate
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	"github.com/aisb-dev/aisb/policy"
+)
+
+// LogVersion is the first field of every access-log line the gate writes;
+// the audit parser refuses lines of any other version.
+const LogVersion = "aisb1"
+
+// Rules name the http_access line that decided a request; the access log
+// records them and the audit explains them.
+const (
+	RuleClient      = "client"       // the client is not on loopback
+	RuleManager     = "manager"      // the cache manager
+	RuleConnectPort = "connect_port" // CONNECT to anything but 443
+	RuleScheme      = "scheme"       // a plain request for anything but http://
+	RulePort        = "port"         // plain HTTP to anything but 80 and 443
+	RuleIPLiteral   = "ip_literal"   // an address instead of a name, not listed
+	RuleNotListed   = "not_listed"   // a name not on the allowlist
+	RuleInternal    = "internal"     // an allowed name resolving to an internal address
+	RuleAllowed     = "allowed"      // admitted
+)
+
+// InternalRanges are refused as destinations even for allowed names and
+// listed addresses. ::ffff:0:0/96 is deliberately absent: squid reads it as
+// all of IPv4; mapped addresses are covered by the IPv4 ranges.
+var InternalRanges = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+}
+
+// Config is everything squid.conf is rendered from. Every host in Allowlist
+// has passed policy.ParseAllowlist; nothing else reaches the file.
+type Config struct {
+	Session   string        // session id, [a-z0-9-] only; written into every log line
+	Port      int           // listens on 127.0.0.1:Port
+	Dir       string        // the session directory as squid sees it
+	Allowlist []policy.Host // validated entries
+	DNS       []netip.Addr  // resolvers instead of the host's; empty: the host's
+	HostAddrs []netip.Addr  // the host's own addresses, refused like internal ones
+}
+
+var sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Render writes squid.conf. The order of the http_access lines is the
+// security property: every refusal that needs no DNS comes first, and the
+// only ACL that resolves (gate_internal, a dst ACL) is reached only for
+// requests already known to be allowed, so a refused name is never resolved.
+func Render(c Config) (string, error) {
+	if !sessionRE.MatchString(c.Session) {
+		return "", fmt.Errorf("render gate config: session id %q: want [a-z0-9-]", c.Session)
+	}
+	if c.Port < 1 || c.Port > 65535 {
+		return "", fmt.Errorf("render gate config: port %d", c.Port)
+	}
+	if c.Dir == "" || strings.ContainsAny(c.Dir, " \t\r\n\"#") || !strings.HasPrefix(c.Dir, "/") {
+		return "", fmt.Errorf("render gate config: directory %q must be absolute with no spaces or quotes", c.Dir)
+	}
+	var names, addrs []string
+	for _, h := range c.Allowlist {
+		// Re-check: the validator is the only way in, and a newline here
+		// would inject a directive.
+		if again, err := policy.ParseHost(h.String()); err != nil || again != h {
+			return "", fmt.Errorf("render gate config: allowlist entry %q did not come from the validator", h.String())
+		}
+		if h.IsAddr() {
+			addrs = append(addrs, h.String())
+		} else {
+			names = append(names, h.String())
+		}
+	}
+	var internal []string
+	for _, p := range InternalRanges {
+		internal = append(internal, p.String())
+	}
+	// The host's own addresses, less those a range already covers (squid
+	// warns about, and ignores, an entry inside another).
+	seen := map[netip.Addr]bool{}
+hostAddrs:
+	for _, a := range c.HostAddrs {
+		a = a.WithZone("").Unmap()
+		if !a.IsValid() || seen[a] {
+			continue
+		}
+		seen[a] = true
+		for _, p := range InternalRanges {
+			if p.Contains(a) {
+				continue hostAddrs
+			}
+		}
+		internal = append(internal, a.String())
+	}
+	var dns []string
+	for _, a := range c.DNS {
+		dns = append(dns, a.WithZone("").String())
+	}
+
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	line("# aisb gate for session %s: generated for this session only; do not edit.", c.Session)
+	line("")
+	line("# Listen on the host's loopback only; the sandbox reaches it through its")
+	line("# network helper's mapped host address.")
+	line("http_port 127.0.0.1:%d", c.Port)
+	line("pid_filename %s/squid.pid", c.Dir)
+	line("cache_log %s/cache.log", c.Dir)
+	line("")
+	line("# A gate, not a cache: nothing stored, no side services, no helpers.")
+	line("cache deny all")
+	line("cache_mem 0 MB")
+	line("icp_port 0")
+	line("htcp_port 0")
+	line("pinger_enable off")
+	line("client_db off")
+	line("netdb_filename none")
+	line("logfile_rotate 0")
+	line("shutdown_lifetime 1 seconds")
+	line("via off")
+	line("forwarded_for delete")
+	line("httpd_suppress_version_string on")
+	if len(dns) > 0 {
+		line("dns_nameservers %s", strings.Join(dns, " "))
+	}
+	line("")
+	line("# Every line of the access log: version, time, session, client, method,")
+	line("# the host and port squid used (not the Host header), status, bytes sent")
+	line("# to the client, and the rule that decided.")
+	line("logformat gate_audit %s %%ts.%%03tu %s %%>a %%rm %%>rd %%>rP %%>Hs %%<st %%{rule}note", LogVersion, c.Session)
+	line("access_log stdio:%s/access.log gate_audit", c.Dir)
+	line("buffered_logs off")
+	line("")
+	line("# ACLs that never resolve anything.")
+	line("acl gate_clients src 127.0.0.1/32 ::1")
+	line("acl gate_connect method CONNECT")
+	line("acl gate_tls_port port 443")
+	line("acl gate_web_ports port 80 443")
+	line("acl gate_http proto HTTP")
+	line(`acl gate_ip_literal dstdom_regex -n ^[0-9.]+$ : [[]`)
+	if len(addrs) > 0 {
+		line("acl gate_listed_addrs dst -n %s", strings.Join(addrs, " "))
+	}
+	if len(names) > 0 {
+		line("acl gate_listed_names dstdomain -n %s", strings.Join(names, " "))
+	}
+	line("# The one ACL that resolves: reached only for allowed requests.")
+	line("acl gate_internal dst %s", strings.Join(internal, " "))
+	line("")
+	line("# Tags: always match, so each is put last on its line and records the rule.")
+	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleNotListed, RuleInternal, RuleAllowed} {
+		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
+	}
+	line("")
+	line("http_access deny !gate_clients gate_rule_%s", RuleClient)
+	line("http_access deny manager gate_rule_%s", RuleManager)
+	line("http_access deny gate_connect !gate_tls_port gate_rule_%s", RuleConnectPort)
+	line("http_access deny !gate_connect !gate_http gate_rule_%s", RuleScheme)
+	line("http_access deny !gate_connect !gate_web_ports gate_rule_%s", RulePort)
+	listedAddr := ""
+	if len(addrs) > 0 {
+		listedAddr = " !gate_listed_addrs"
+	}
+	line("http_access deny gate_ip_literal%s gate_rule_%s", listedAddr, RuleIPLiteral)
+	if len(names) > 0 {
+		line("http_access deny !gate_listed_names%s gate_rule_%s", listedAddr, RuleNotListed)
+	} else if len(addrs) > 0 {
+		line("http_access deny !gate_listed_addrs gate_rule_%s", RuleNotListed)
+	} else {
+		line("http_access deny gate_rule_%s", RuleNotListed)
+	}
+	line("http_access deny gate_internal gate_rule_%s", RuleInternal)
+	line("http_access allow gate_rule_%s", RuleAllowed)
+	line("http_access deny all")
+	return b.String(), nil
+}

@@ -1,0 +1,121 @@
+package gate
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aisb-dev/aisb/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func TestRenderGolden(t *testing.T) {
+	hosts, _ := policy.ParseAllowlist([]string{"api.anthropic.com", ".github.com", "192.0.2.7"})
+	conf, err := Render(Config{
+		Session: "golden", Port: 41234, Dir: "/gate", Allowlist: hosts,
+		DNS:       []netip.Addr{netip.MustParseAddr("198.51.100.10")},
+		HostAddrs: []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("2001:db8::2")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "squid.conf.golden")
+	if *update {
+		os.WriteFile(path, []byte(conf), 0o644)
+	}
+	want, _ := os.ReadFile(path)
+	if conf != string(want) {
+		t.Errorf("rendered config differs from %s; rerun with -update after reading the diff", path)
+	}
+}
+
+// TestRenderOrder: refusals that need no lookup come before the only ACL
+// that resolves, so a refused name is never resolved.
+func TestRenderOrder(t *testing.T) {
+	hosts, _ := policy.ParseAllowlist([]string{"a.example"})
+	conf, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var access []string
+	for _, l := range strings.Split(conf, "\n") {
+		if strings.HasPrefix(l, "http_access") {
+			access = append(access, l)
+		}
+	}
+	rules := []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleNotListed, RuleInternal, RuleAllowed}
+	for i, r := range rules {
+		if !strings.HasSuffix(access[i], "gate_rule_"+r) {
+			t.Errorf("http_access line %d is %q, want the %s rule, tag last", i, access[i], r)
+		}
+		if strings.Contains(access[i], "gate_internal") != (r == RuleInternal) {
+			t.Errorf("the resolving ACL appears on line %q", access[i])
+		}
+	}
+	if access[len(access)-1] != "http_access deny all" {
+		t.Errorf("last line %q", access[len(access)-1])
+	}
+}
+
+func TestRenderRefusesUnvalidated(t *testing.T) {
+	for _, h := range []policy.Host{
+		{Name: "evil.example\nhttp_access allow all"},
+		{Name: "UPPER.example"},
+		{Name: "x"},
+	} {
+		if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: []policy.Host{h}}); err == nil {
+			t.Errorf("rendered unvalidated host %q", h.Name)
+		}
+	}
+	for _, c := range []Config{{Session: "S P", Port: 1, Dir: "/gate"}, {Session: "s", Port: 0, Dir: "/gate"}, {Session: "s", Port: 1, Dir: "/ga te"}} {
+		if _, err := Render(c); err == nil {
+			t.Errorf("rendered %+v", c)
+		}
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	e, err := ParseLine("aisb1 1764415320.123 sess 127.0.0.1 CONNECT allowed.test 443 200 5120 allowed")
+	if err != nil || e.Event != EventAllowed || e.Host != "allowed.test" || e.Port != 443 || e.Status != 200 || e.Bytes != 5120 || e.Time.UnixMilli() != 1764415320123 {
+		t.Errorf("%+v %v", e, err)
+	}
+	e, err = ParseLine("aisb1 1764415320.123 sess 127.0.0.1 - - - 0 0 -")
+	if err != nil || e.Event != EventBlocked || e.Rule != RuleUntagged {
+		t.Errorf("untagged line: %+v %v", e, err)
+	}
+	e, err = ParseLine("aisb1 1764415320.123 sess 127.0.0.1 GET evil host 80 403 10 not_listed")
+	if err != nil || e.Host != "evil host" || e.Rule != RuleNotListed {
+		t.Errorf("host with a space: %+v %v", e, err)
+	}
+	for _, bad := range []string{"", "aisb0 1 s c m h 1 2 3 r", "aisb1 x s c m h 1 2 3 r", "aisb1 1 s"} {
+		if _, err := ParseLine(bad); err == nil {
+			t.Errorf("ParseLine(%q) accepted", bad)
+		}
+	}
+	if e := eventFor("garbage", "s"); e.Event != EventBlocked || e.Rule != RuleMalformed {
+		t.Errorf("malformed line: %+v", e)
+	}
+}
+
+// FuzzParseLine: no input panics the audit parser; whatever it reads is
+// either an allowed event with the allowed rule or a blocked one.
+func FuzzParseLine(f *testing.F) {
+	f.Add("aisb1 1764415320.123 sess 127.0.0.1 CONNECT allowed.test 443 200 5120 allowed")
+	f.Add("aisb1 1764415320.123 sess 127.0.0.1 - - - 0 0 -")
+	f.Add("aisb1 1e300 s c m h p s b r")
+	f.Add("aisb1 -1 \x00 \xff GET a b c d allowed")
+	f.Fuzz(func(t *testing.T, line string) {
+		e, err := ParseLine(line)
+		if err != nil {
+			return
+		}
+		if (e.Event == EventAllowed) != (e.Rule == RuleAllowed) {
+			t.Fatalf("event %q with rule %q", e.Event, e.Rule)
+		}
+		_ = Advice(e)
+	})
+}

@@ -1,0 +1,120 @@
+// Package image builds aisb's images from embedded Containerfiles, tagged by
+// a hash of everything that went into them, so the same inputs never rebuild.
+package image
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/containers/buildah/define"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/domain/entities/types"
+
+	"github.com/aisb-dev/aisb/engine"
+)
+
+// Spec says what to build.
+type Spec struct {
+	Name          string            // repository under localhost/, e.g. "aisb-gate"
+	Containerfile []byte            // built with ARG BASE_IMAGE
+	Files         map[string][]byte // more files in the build context
+	BaseImage     string            // passed as BASE_IMAGE
+	Inputs        []string          // anything else that must change the tag (harness version, ...)
+}
+
+// Label on every image aisb builds, holding the inputs hash.
+const Label = "io.aisb.inputs"
+
+// Tag computes the image's tag from the Containerfile, the context files, the
+// base image's ID and the extra inputs; baseID must be the resolved ID.
+func (s Spec) Tag(baseID string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "containerfile %d\n", len(s.Containerfile))
+	h.Write(s.Containerfile)
+	names := make([]string, 0, len(s.Files))
+	for n := range s.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "file %s %d\n", n, len(s.Files[n]))
+		h.Write(s.Files[n])
+	}
+	fmt.Fprintf(h, "base %s\n", baseID)
+	for _, in := range s.Inputs {
+		fmt.Fprintf(h, "input %d %s\n", len(in), in)
+	}
+	return "localhost/" + s.Name + ":" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// BaseID resolves the base image to its ID, pulling it when it is missing.
+func BaseID(c *engine.Conn, base string, progress io.Writer) (string, error) {
+	if ok, err := images.Exists(c.Ctx, base, nil); err != nil {
+		return "", fmt.Errorf("look up base image %s: %w", base, err)
+	} else if !ok {
+		fmt.Fprintf(progress, "aisb: pulling %s\n", base)
+		if _, err := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(progress)); err != nil {
+			return "", fmt.Errorf("pull base image %s: %w (where no registry is reachable, set sandbox.base_image or AISB_BASE_IMAGE to a local image)", base, err)
+		}
+	}
+	data, err := images.GetImage(c.Ctx, base, nil)
+	if err != nil {
+		return "", fmt.Errorf("inspect base image %s: %w", base, err)
+	}
+	return data.ID, nil
+}
+
+// Ensure returns the tag of the image for spec, building it only when no
+// image with that tag exists. built says whether it built.
+func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool, err error) {
+	baseID, err := BaseID(c, s.BaseImage, progress)
+	if err != nil {
+		return "", false, err
+	}
+	tag = s.Tag(baseID)
+	if ok, err := images.Exists(c.Ctx, tag, nil); err != nil {
+		return "", false, fmt.Errorf("look up image %s: %w", tag, err)
+	} else if ok {
+		return tag, false, nil
+	}
+	fmt.Fprintf(progress, "aisb: building %s on %s\n", tag, s.BaseImage)
+	dir, err := os.MkdirTemp("", "aisb-build-")
+	if err != nil {
+		return "", false, fmt.Errorf("build %s: %w", s.Name, err)
+	}
+	defer os.RemoveAll(dir)
+	files := map[string][]byte{"Containerfile": s.Containerfile}
+	for n, b := range s.Files {
+		files[n] = b
+	}
+	for n, b := range files {
+		mode := os.FileMode(0o644)
+		if len(b) > 4 && string(b[1:4]) == "ELF" {
+			mode = 0o755
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, mode); err != nil {
+			return "", false, fmt.Errorf("build %s: %w", s.Name, err)
+		}
+	}
+	opts := types.BuildOptions{BuildOptions: define.BuildOptions{
+		ContextDirectory:       dir,
+		Args:                   map[string]string{"BASE_IMAGE": s.BaseImage},
+		Output:                 tag,
+		Labels:                 []string{Label + "=" + tag},
+		Out:                    progress,
+		Err:                    progress,
+		ReportWriter:           progress,
+		PullPolicy:             define.PullIfMissing,
+		Layers:                 true,
+		RemoveIntermediateCtrs: true,
+	}}
+	if _, err := images.Build(c.Ctx, []string{filepath.Join(dir, "Containerfile")}, opts); err != nil {
+		return "", false, fmt.Errorf("build %s: %w", tag, err)
+	}
+	return tag, true, nil
+}
