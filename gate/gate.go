@@ -258,4 +258,3 @@ func Find(c *engine.Conn, name, dir string) (*Gate, error) {
 	}
 	return g, nil
 }
-

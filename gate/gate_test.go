@@ -200,7 +200,9 @@ func TestGate(t *testing.T) {
 	g := startGate(t, c, img, "gate-test", hosts)
 
 	gets := func(url string) func(*testing.T, string) int {
-		return func(t *testing.T, a string) int { return get(t, a, url, strings.Split(strings.TrimPrefix(url, "http://"), "/")[0]) }
+		return func(t *testing.T, a string) int {
+			return get(t, a, url, strings.Split(strings.TrimPrefix(url, "http://"), "/")[0])
+		}
 	}
 	connects := func(target string) func(*testing.T, string) int {
 		return func(t *testing.T, a string) int { return connectTo(t, a, target) }
