@@ -222,3 +222,28 @@ func TestInvalidProjectFileFails(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestOverrides(t *testing.T) {
+	r := &Resolved{Config: Default()}
+	r.Config.Network.AllowedHosts = []string{"api.example.com", "b.example"}
+	err := r.Apply(Overrides{Mode: "none", Allow: []string{".example.com", "b.example", "c.example"}, HostPorts: []int{11434, 11434}, Env: []string{"FOO", "BAR=baz"}, Pids: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, h := range r.Allowlist {
+		got = append(got, h.String())
+	}
+	if strings.Join(got, " ") != "b.example .example.com c.example" || r.Config.Network.Mode != ModeNone ||
+		!slices.Equal(r.Config.Network.HostPorts, []int{11434}) || !slices.Equal(r.Config.Env.Pass, []string{"FOO"}) ||
+		r.Config.Env.Set["BAR"] != "baz" || r.Config.Limits.Pids != 10 {
+		t.Errorf("applied: %q %+v", got, r.Config)
+	}
+	for _, o := range []Overrides{{Mode: "wide"}, {Allow: []string{"*.x.example"}}, {HostPorts: []int{70000}}, {Env: []string{"HTTPS_PROXY=x"}}, {Harness: "vim"}, {Memory: "lots"}} {
+		r := &Resolved{Config: Default()}
+		err := r.Apply(o)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "command line: --") {
+			t.Errorf("Apply(%+v) = %v", o, err)
+		}
+	}
+}

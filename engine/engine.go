@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,12 +16,15 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
 )
 
 // MinVersion is the oldest Podman service aisb drives; pasta needs MinPasta.
 var (
 	MinVersion = semver.MustParse("4.0.0")
 	MinPasta   = semver.MustParse("4.4.0")
+	// MinEmptyDetachKeys is the first service that accepts "" (no detach keys).
+	MinEmptyDetachKeys = semver.MustParse("5.0.0")
 )
 
 // Conn is a live connection to a Podman service.
@@ -39,7 +41,7 @@ type Conn struct {
 // Connect uses CONTAINER_HOST, else the user's rootless socket, else starts
 // `podman system service` privately for this process; the private service
 // exits with aisb (parent-death signal) and on Close.
-func Connect(ctx context.Context, logw io.Writer) (*Conn, error) {
+func Connect(ctx context.Context) (*Conn, error) {
 	c := &Conn{}
 	switch {
 	case os.Getenv("CONTAINER_HOST") != "":
@@ -54,7 +56,7 @@ func Connect(ctx context.Context, logw io.Writer) (*Conn, error) {
 			c.URI = "unix://" + sock
 			break
 		}
-		if err := c.startPrivate(runtimeDir, logw); err != nil {
+		if err := c.startPrivate(runtimeDir); err != nil {
 			return nil, err
 		}
 	}
@@ -82,7 +84,7 @@ func listening(sock string) bool {
 	return true
 }
 
-func (c *Conn) startPrivate(runtimeDir string, logw io.Writer) error {
+func (c *Conn) startPrivate(runtimeDir string) error {
 	podman, err := exec.LookPath("podman")
 	if err != nil {
 		return errors.New("start podman service: podman is not on PATH; install rootless Podman 4.4 or newer")
@@ -95,7 +97,12 @@ func (c *Conn) startPrivate(runtimeDir string, logw io.Writer) error {
 	os.Remove(c.sock)
 	c.URI = "unix://" + c.sock
 	cmd := exec.Command(podman, "system", "service", "--time=0", c.URI)
-	cmd.Stdout, cmd.Stderr = logw, logw
+	// The service's own log is noise to a user (its errors come back through
+	// the API); keep it beside the socket for debugging.
+	if f, err := os.Create(strings.TrimSuffix(c.sock, ".sock") + ".log"); err == nil {
+		cmd.Stdout, cmd.Stderr = f, f
+		defer f.Close()
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start podman service: %w", err)
@@ -136,6 +143,7 @@ func (c *Conn) Close() error {
 	}
 	if c.sock != "" {
 		os.Remove(c.sock)
+		os.Remove(strings.TrimSuffix(c.sock, ".sock") + ".log")
 	}
 	return nil
 }
@@ -151,4 +159,14 @@ func (c *Conn) RequirePasta() error {
 // IsNotFound reports whether err is the service's "no such container/image".
 func IsNotFound(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "no such") || strings.Contains(err.Error(), "not found"))
+}
+
+// Remove force-removes a container (SIGTERM, SIGKILL after 2 s); a missing
+// one is no error.
+func Remove(c *Conn, name string) error {
+	_, err := containers.Remove(c.Ctx, name, new(containers.RemoveOptions).WithForce(true).WithTimeout(2).WithIgnore(true))
+	if err != nil && !IsNotFound(err) {
+		return fmt.Errorf("remove %s: %w", name, err)
+	}
+	return nil
 }

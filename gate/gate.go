@@ -4,12 +4,12 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -50,7 +50,6 @@ type Options struct {
 	Allowlist []policy.Host // validated
 	DNS       []netip.Addr
 	Owner     string // LabelOwner value; empty for a long-lived gate
-	Log       io.Writer
 }
 
 // Gate is a running gate.
@@ -123,6 +122,9 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	s := specgen.NewSpecGenerator(o.Image, false)
 	s.Name = g.Name
 	s.Command = []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
+	// SIGINT makes squid close its connections and exit at once; SIGTERM
+	// waits shutdown_lifetime and often outlasts podman's stop timeout.
+	s.StopSignal = ptr(syscall.SIGINT)
 	s.NetNS = specgen.Namespace{NSMode: specgen.Host}
 	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", proxyUID, proxyUID))
 	if err != nil {
@@ -225,16 +227,7 @@ func (g *Gate) Addr() string { return fmt.Sprintf("127.0.0.1:%d", g.Port) }
 
 // Stop removes the gate container (squid gets SIGTERM, then SIGKILL after 2s).
 func (g *Gate) Stop(c *engine.Conn) error {
-	return Remove(c, g.Name)
-}
-
-// Remove force-removes a gate container by name; a missing one is no error.
-func Remove(c *engine.Conn, name string) error {
-	_, err := containers.Remove(c.Ctx, name, new(containers.RemoveOptions).WithForce(true).WithTimeout(2).WithIgnore(true))
-	if err != nil && !engine.IsNotFound(err) {
-		return fmt.Errorf("remove %s: %w", name, err)
-	}
-	return nil
+	return engine.Remove(c, g.Name)
 }
 
 // Find returns the running gate of a long-lived name, reading its port back

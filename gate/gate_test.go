@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 func connect(t *testing.T) (*engine.Conn, string) {
 	t.Helper()
 	t.Setenv("CONTAINER_HOST", testhost.Service(t))
-	c, err := engine.Connect(context.Background(), io.Discard)
+	c, err := engine.Connect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,8 @@ type Spec struct {
 	Containerfile []byte            // built with ARG BASE_IMAGE
 	Files         map[string][]byte // more files in the build context
 	BaseImage     string            // passed as BASE_IMAGE
-	Inputs        []string          // anything else that must change the tag (harness version, ...)
+	Args          map[string]string // more build arguments
+	Inputs        []string          // anything else that must change the tag
 }
 
 // Label on every image aisb builds, holding the inputs hash.
@@ -46,6 +47,14 @@ func (s Spec) Tag(baseID string) string {
 		h.Write(s.Files[n])
 	}
 	fmt.Fprintf(h, "base %s\n", baseID)
+	args := make([]string, 0, len(s.Args))
+	for k := range s.Args {
+		args = append(args, k)
+	}
+	sort.Strings(args)
+	for _, k := range args {
+		fmt.Fprintf(h, "arg %s %d %s\n", k, len(s.Args[k]), s.Args[k])
+	}
 	for _, in := range s.Inputs {
 		fmt.Fprintf(h, "input %d %s\n", len(in), in)
 	}
@@ -100,6 +109,10 @@ func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool,
 		if err := os.WriteFile(filepath.Join(dir, n), b, mode); err != nil {
 			return "", false, fmt.Errorf("build %s: %w", s.Name, err)
 		}
+	}
+	args := map[string]string{"BASE_IMAGE": s.BaseImage}
+	for k, v := range s.Args {
+		args[k] = v
 	}
 	opts := types.BuildOptions{BuildOptions: define.BuildOptions{
 		ContextDirectory:       dir,

@@ -21,9 +21,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Commands: []*cli.Command{
+			runCommand(),
 			configCommand(),
 			trustCommand(),
+			watchdogCommand(),
 		},
+		DisableSliceFlagSeparator: true,
 		// Errors are printed once, below, with the exit status they carry.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
@@ -33,7 +36,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	// A configuration problem list starts each line with its file already.
 	var ps config.Problems
-	if errors.As(err, &ps) {
+	if errors.Is(err, errSilent) {
+		// The command's own exit status; it said what it had to say.
+	} else if errors.As(err, &ps) {
 		fmt.Fprintln(stderr, ps.Error())
 	} else {
 		fmt.Fprintf(stderr, "aisb: %v\n", err)

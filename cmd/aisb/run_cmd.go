@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/aisb-dev/aisb/config"
+	"github.com/aisb-dev/aisb/session"
+)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "run COMMAND (default: the harness) in a sandbox of this directory",
+		ArgsUsage: "[-- COMMAND [ARGS...]]",
+		Description: `Runs in a rootless container that sees only this directory (at /project) and
+reaches only its gate, which admits the allowlisted names. Nothing from your
+environment enters unless named with --env or env.pass/env.set; only
+` + strings.Join(session.DefaultEnv, ", ") + ` pass by default, when set.
+
+Exit status: the command's own; 77 when the sandbox could not be enforced and
+78 when its policy was invalid (the command did not run in either case).
+
+EXAMPLE:
+   aisb run --allow api.anthropic.com --env ANTHROPIC_API_KEY
+   aisb run --harness shell --allow .github.com -- git clone https://github.com/owner/repo
+   aisb run --net none -- make test`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "net", Usage: "network mode: allow (the gate), none, no-gate (names pinned at start, no proxy) or open (unfiltered)"},
+			&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST` (\".example.com\" for the domain and its subdomains); repeatable"},
+			&cli.IntSliceFlag{Name: "host-port", Usage: "let the sandbox reach this TCP `PORT` of the host's loopback; repeatable"},
+			&cli.StringSliceFlag{Name: "env", Usage: "pass `NAME` from your environment, or set NAME=VALUE; repeatable"},
+			&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell"},
+			&cli.StringFlag{Name: "base-image", EnvVars: []string{"AISB_BASE_IMAGE"}, Usage: "build the sandbox on this `IMAGE` (default: sandbox.base_image)"},
+			&cli.StringFlag{Name: "network-helper", Usage: "pasta or slirp4netns (default: pasta where available)"},
+			&cli.StringFlag{Name: "gate", Usage: "use the long-lived gate `NAME` (see aisb gate up) instead of a session gate"},
+			&cli.IntFlag{Name: "pids", Usage: "at most `N` processes"},
+			&cli.StringFlag{Name: "memory", Usage: "at most `SIZE` of memory, e.g. 4g"},
+			&cli.Float64Flag{Name: "cpus", Usage: "at most `N` CPUs"},
+			&cli.BoolFlag{Name: "rlimit-fallback", Usage: "where cgroups cannot enforce limits, use rlimits: --pids as nproc (per user), --memory as data (per process)"},
+			&cli.Uint64Flag{Name: "cpu-seconds", Usage: "with --rlimit-fallback: at most `N` seconds of CPU time per process"},
+			&cli.BoolFlag{Name: "allow-unenforced", Usage: "run even if the network table cannot be installed (never the default)"},
+		},
+		Action: runAction,
+	}
+}
+
+func runAction(c *cli.Context) error {
+	stderr := c.App.ErrWriter
+	dir, err := workDir()
+	if err != nil {
+		return err
+	}
+	src, err := config.DefaultSources(dir)
+	if err != nil {
+		return exitWith(config.ExitConfig, err)
+	}
+	r, err := config.Resolve(src)
+	if err != nil {
+		return exitWith(config.ExitConfig, err)
+	}
+	for _, n := range r.Notices {
+		fmt.Fprintf(stderr, "aisb: %s\n", n)
+	}
+	if err := r.Apply(config.Overrides{
+		Mode: c.String("net"), Allow: c.StringSlice("allow"), HostPorts: c.IntSlice("host-port"),
+		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
+		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"),
+	}); err != nil {
+		return exitWith(config.ExitConfig, err)
+	}
+	ep, err := session.FindEntrypoint()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	stdinTTY := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
+	code, err := session.Run(c.Context, session.Options{
+		Config: r, ProjectDir: dir, Command: c.Args().Slice(),
+		Helper: c.String("network-helper"), GateName: c.String("gate"),
+		Unenforced: c.Bool("allow-unenforced"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
+		Entrypoint: ep, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY,
+		Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: stderr,
+	})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitWith(code, errSilent)
+	}
+	return nil
+}
+
+// errSilent carries an exit status that needs no message.
+var errSilent = errors.New("")
+
+func watchdogCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "internal-watchdog",
+		Hidden: true,
+		Usage:  "remove a session's containers once its aisb process is gone",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "owner", Required: true},
+			&cli.StringFlag{Name: "session", Required: true},
+		},
+		Action: func(c *cli.Context) error {
+			return session.Watch(c.Context, c.String("owner"), c.String("session"), c.App.ErrWriter)
+		},
+	}
+}

@@ -1,0 +1,121 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aisb-dev/aisb/policy"
+)
+
+// Overrides are what the user said on the command line; they take precedence
+// over every file and may widen, because the user typed them.
+type Overrides struct {
+	Mode      string   // --net
+	Allow     []string // --allow, added to the allowlist
+	HostPorts []int    // --host-port, added
+	Env       []string // --env NAME or NAME=VALUE
+	Harness   string   // --harness
+	BaseImage string   // --base-image (or AISB_BASE_IMAGE)
+	Pids      int      // --pids
+	Memory    string   // --memory
+	CPUs      float64  // --cpus
+}
+
+// Apply lays the overrides over the resolved configuration. Problems name
+// the flag and the fix, like file problems name the field.
+func (r *Resolved) Apply(o Overrides) error {
+	var ps Problems
+	bad := func(flag, format string, args ...any) {
+		ps = append(ps, Problem{File: "command line", Field: flag, Msg: fmt.Sprintf(format, args...)})
+	}
+	c := &r.Config
+	if o.Mode != "" {
+		if Mode(o.Mode).width() == len(Modes) {
+			bad("--net", "%q is not a mode; write one of %s", o.Mode, modeList())
+		} else {
+			c.Network.Mode = Mode(o.Mode)
+		}
+	}
+	for _, a := range o.Allow {
+		h, err := policy.ParseHost(a)
+		if err != nil {
+			bad("--allow", "%v", err)
+			continue
+		}
+		current, _ := policy.ParseAllowlist(c.Network.AllowedHosts)
+		if slices.ContainsFunc(current, func(x policy.Host) bool { return x.Covers(h) }) {
+			continue
+		}
+		// A wider --allow replaces the entries it covers.
+		kept := []string{}
+		for _, x := range current {
+			if !h.Covers(x) {
+				kept = append(kept, x.String())
+			}
+		}
+		c.Network.AllowedHosts = append(kept, a)
+	}
+	for _, p := range o.HostPorts {
+		if p < 1 || p > 65535 {
+			bad("--host-port", "%d is not a TCP port; write a number from 1 to 65535", p)
+		} else if !slices.Contains(c.Network.HostPorts, p) {
+			c.Network.HostPorts = append(c.Network.HostPorts, p)
+		}
+	}
+	for _, e := range o.Env {
+		name, value, hasValue := strings.Cut(e, "=")
+		if msg := CheckEnvName(name); msg != "" {
+			bad("--env", "%s", msg)
+			continue
+		}
+		if hasValue {
+			if c.Env.Set == nil {
+				c.Env.Set = map[string]string{}
+			}
+			c.Env.Set[name] = value
+		} else if !slices.Contains(c.Env.Pass, name) {
+			c.Env.Pass = append(c.Env.Pass, name)
+		}
+	}
+	if o.Harness != "" {
+		c.Sandbox.Harness = o.Harness
+		f := &File{Name: "command line", Config: Config{Sandbox: Sandbox{Harness: o.Harness}}, defined: map[string]bool{"sandbox.harness": true}}
+		for _, p := range checkHarness(f) {
+			p.Field = "--harness"
+			ps = append(ps, p)
+		}
+	}
+	if o.BaseImage != "" {
+		c.Sandbox.BaseImage = o.BaseImage
+	}
+	if o.Pids < 0 {
+		bad("--pids", "%d is negative", o.Pids)
+	} else if o.Pids > 0 {
+		c.Limits.Pids = o.Pids
+	}
+	if o.Memory != "" {
+		if _, err := ParseMemory(o.Memory); err != nil {
+			bad("--memory", "%v", err)
+		} else {
+			c.Limits.Memory = o.Memory
+		}
+	}
+	if o.CPUs < 0 {
+		bad("--cpus", "%g is negative", o.CPUs)
+	} else if o.CPUs > 0 {
+		c.Limits.CPUs = o.CPUs
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	hosts, errs := policy.ParseAllowlist(c.Network.AllowedHosts)
+	for _, e := range errs {
+		ps = append(ps, Problem{File: "command line", Field: "--allow", Msg: e.Error()})
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	r.Allowlist = hosts
+	return nil
+}

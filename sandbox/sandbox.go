@@ -1,0 +1,223 @@
+// Package sandbox creates and runs the agent's rootless container: the
+// project at /project, the entrypoint first, an explicit environment, and a
+// network the entrypoint's table reduces to the gate.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/entrypoint"
+	"github.com/aisb-dev/aisb/gate"
+)
+
+// Network helpers and how each shows the host's loopback to the container.
+const (
+	Pasta       = "pasta"
+	Slirp4netns = "slirp4netns"
+)
+
+// MappedHost is the address at which the sandbox reaches the host's 127.0.0.1.
+func MappedHost(helper string) string {
+	if helper == Slirp4netns {
+		return "10.0.2.2"
+	}
+	return "100.64.0.1"
+}
+
+// networkFlag is podman's --network value for a mode and helper.
+func networkFlag(mode, helper string) string {
+	switch {
+	case mode == "none":
+		return "none"
+	case mode == "open":
+		return helper
+	case helper == Slirp4netns:
+		return "slirp4netns:allow_host_loopback=true"
+	default:
+		return "pasta:--map-host-loopback," + MappedHost(Pasta)
+	}
+}
+
+// EntrypointCaps are all the entrypoint needs for its first moments: the
+// table (NET_ADMIN), then the drop (SETUID, SETGID, SETPCAP). It gives them up
+// before the command runs.
+var EntrypointCaps = []string{"NET_ADMIN", "SETUID", "SETGID", "SETPCAP"}
+
+// Rlimit is one POSIX resource limit for the rlimit fallback.
+type Rlimit struct {
+	Type  string // RLIMIT_NPROC, RLIMIT_DATA, RLIMIT_CPU
+	Value uint64
+}
+
+// Options describe one sandbox.
+type Options struct {
+	Session    string
+	Image      string
+	ProjectDir string
+	Command    []string
+	Mode       string // allow, none, no-gate, open
+	Helper     string // pasta or slirp4netns
+	PolicyFile string // the session policy on the host, mounted read-only
+	Env        map[string]string
+	HostAdd    []string // "name:address" pins for no-gate mode
+	Terminal   bool
+	Unenforced bool
+	PidsLimit  int64 // cgroup limits; zero means none
+	Memory     int64
+	CPUs       float64
+	Rlimits    []Rlimit
+	Owner      string
+	Stdin      io.Reader
+	Stdout     io.Writer
+	Stderr     io.Writer
+}
+
+// ContainerName is the sandbox container's name.
+func ContainerName(session string) string { return "aisb-" + session }
+
+// ErrLimitsIgnored is returned when Podman says it would ignore the limits.
+var ErrLimitsIgnored = errors.New("resource limits cannot be enforced on this host")
+
+// Spec builds the container spec; exported for tests and doctor.
+func Spec(o Options) (*specgen.SpecGenerator, error) {
+	s := specgen.NewSpecGenerator(o.Image, false)
+	s.Name = ContainerName(o.Session)
+	argv := []string{"/usr/local/bin/aisb-entrypoint"}
+	if o.Unenforced {
+		argv = append(argv, "--allow-unenforced")
+	}
+	s.Entrypoint = append(argv, "--")
+	s.Command = o.Command
+	// Root of the user namespace for the entrypoint's first moments; it
+	// becomes uid 1000 (the host user, through keep-id) before exec.
+	s.User = "0:0"
+	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", entrypoint.AgentUID, entrypoint.AgentGID))
+	if err != nil {
+		return nil, err
+	}
+	s.UserNS = userns
+	s.CapDrop = []string{"ALL"}
+	s.CapAdd = EntrypointCaps
+	s.NoNewPrivileges = ptr(true)
+	ns, nets, netOpts, err := specgen.ParseNetworkFlag([]string{networkFlag(o.Mode, o.Helper)})
+	if err != nil {
+		return nil, fmt.Errorf("network %s: %w", o.Helper, err)
+	}
+	s.NetNS, s.Networks, s.NetworkOptions = ns, nets, netOpts
+	s.HostAdd = o.HostAdd
+	projectOpts := []string{"rw"}
+	if selinuxEnabled() {
+		projectOpts = append(projectOpts, "z")
+	}
+	s.Mounts = []spec.Mount{
+		{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts},
+		{Type: "bind", Source: o.PolicyFile, Destination: entrypoint.PolicyPath, Options: []string{"ro"}},
+	}
+	s.WorkDir = "/project"
+	s.Env = map[string]string{}
+	for k, v := range o.Env {
+		s.Env[k] = v
+	}
+	s.Env["HOME"] = "/home/agent"
+	s.Terminal = ptr(o.Terminal)
+	s.Stdin = ptr(true)
+	s.Labels = map[string]string{gate.LabelKind: "sandbox", gate.LabelSession: o.Session, gate.LabelOwner: o.Owner}
+	if o.PidsLimit > 0 || o.Memory > 0 || o.CPUs > 0 {
+		s.ResourceLimits = &spec.LinuxResources{}
+		if o.PidsLimit > 0 {
+			s.ResourceLimits.Pids = &spec.LinuxPids{Limit: o.PidsLimit}
+		}
+		if o.Memory > 0 {
+			s.ResourceLimits.Memory = &spec.LinuxMemory{Limit: ptr(o.Memory)}
+		}
+		if o.CPUs > 0 {
+			period := uint64(100000)
+			s.ResourceLimits.CPU = &spec.LinuxCPU{Period: &period, Quota: ptr(int64(o.CPUs * float64(period)))}
+		}
+	}
+	for _, r := range o.Rlimits {
+		s.Rlimits = append(s.Rlimits, spec.POSIXRlimit{Type: r.Type, Hard: r.Value, Soft: r.Value})
+	}
+	return s, nil
+}
+
+func selinuxEnabled() bool {
+	b, err := os.ReadFile("/sys/fs/selinux/enforce")
+	return err == nil && len(b) > 0
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Run creates the sandbox, attaches to it, starts it, waits, removes it and
+// returns the command's exit status.
+func Run(c *engine.Conn, o Options) (int, error) {
+	s, err := Spec(o)
+	if err != nil {
+		return 0, fmt.Errorf("sandbox spec: %w", err)
+	}
+	resp, err := containers.CreateWithSpec(c.Ctx, s, nil)
+	if err != nil {
+		return 0, fmt.Errorf("create sandbox: %w", err)
+	}
+	defer engine.Remove(c, s.Name)
+	for _, w := range resp.Warnings {
+		// Podman creates the container and ignores the limits where it
+		// cannot enforce them (rootless cgroup v1): never let that pass.
+		if (o.PidsLimit > 0 || o.Memory > 0 || o.CPUs > 0) && strings.Contains(strings.ToLower(w), "limits") {
+			return 0, fmt.Errorf("%w: podman says %q; use --rlimit-fallback for nproc/data/cpu-seconds limits instead", ErrLimitsIgnored, w)
+		}
+		fmt.Fprintf(o.Stderr, "aisb: podman: %s\n", w)
+	}
+
+	ctx, cancel := context.WithCancel(c.Ctx)
+	defer cancel()
+	attachReady := make(chan bool, 1)
+	attached := make(chan error, 1)
+	opts := new(containers.AttachOptions).WithStream(true)
+	if !c.Version.LT(engine.MinEmptyDetachKeys) {
+		// Ctrl-P belongs to the agent: no detach keys.
+		opts = opts.WithDetachKeys("")
+	}
+	go func() {
+		attached <- containers.Attach(ctx, s.Name, o.Stdin, o.Stdout, o.Stderr, attachReady, opts)
+	}()
+	select {
+	case <-attachReady:
+	case err := <-attached:
+		return 0, fmt.Errorf("attach to sandbox: %w", err)
+	}
+	if err := containers.Start(c.Ctx, s.Name, nil); err != nil {
+		return 0, fmt.Errorf("start sandbox: %w", err)
+	}
+	// Without a terminal, signals to aisb go to the agent.
+	if !o.Terminal {
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+		go func() {
+			for sig := range sigs {
+				containers.Kill(c.Ctx, s.Name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal)))))
+			}
+		}()
+	}
+	code, err := containers.Wait(c.Ctx, s.Name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+	if err != nil {
+		return 0, fmt.Errorf("wait for sandbox: %w", err)
+	}
+	// Let the output drain before the container goes away.
+	<-attached
+	return int(code), nil
+}
