@@ -209,7 +209,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		env["NO_PROXY"], env["no_proxy"] = "localhost,127.0.0.1,::1", "localhost,127.0.0.1,::1"
 		env["NODE_USE_ENV_PROXY"] = "1"
 	case ruleset.ModeNoGate:
-		pins, addrs, err := pin(ctx, allowlist, o.Stderr)
+		pins, addrs, err := pin(ctx, resolver(cfg.Network.DNS), allowlist, o.Stderr)
 		if err != nil {
 			return 0, err
 		}
@@ -323,7 +323,7 @@ func withHarnessHosts(list []policy.Host, h harness.Preset) []policy.Host {
 
 // pin resolves each allowed name once, on the host, for no-gate mode. An
 // internal address is never pinned; a name with nothing left is an error.
-func pin(ctx context.Context, list []policy.Host, stderr io.Writer) (hostAdd []string, addrs []netip.Addr, err error) {
+func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Writer) (hostAdd []string, addrs []netip.Addr, err error) {
 	hostAddrs, err := gate.HostAddrs()
 	if err != nil {
 		return nil, nil, err
@@ -354,7 +354,7 @@ func pin(ctx context.Context, list []policy.Host, stderr io.Writer) (hostAdd []s
 			fmt.Fprintf(stderr, "aisb: no-gate: %s: only the name itself is pinned, not its subdomains\n", h)
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		ips, err := net.DefaultResolver.LookupNetIP(rctx, "ip4", h.Name)
+		ips, err := r.LookupNetIP(rctx, "ip4", h.Name)
 		cancel()
 		if err != nil {
 			return nil, nil, fmt.Errorf("no-gate: resolve %s: %w", h.Name, err)
@@ -375,6 +375,25 @@ func pin(ctx context.Context, list []policy.Host, stderr io.Writer) (hostAdd []s
 		}
 	}
 	return hostAdd, addrs, nil
+}
+
+// resolver is the host's resolver, or network.dns's first reachable one:
+// no-gate mode resolves allowed names where the gate would have.
+func resolver(servers []string) *net.Resolver {
+	if len(servers) == 0 {
+		return net.DefaultResolver
+	}
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		var err error
+		for _, s := range servers {
+			var c net.Conn
+			if c, err = d.DialContext(ctx, network, net.JoinHostPort(s, "53")); err == nil {
+				return c, nil
+			}
+		}
+		return nil, err
+	}}
 }
 
 type limits struct {

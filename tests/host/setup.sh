@@ -75,6 +75,9 @@ host_fixes() {
 		mountpoint -q /sys/fs/cgroup/hugetlb || mount -t cgroup -o hugetlb cgroup /sys/fs/cgroup/hugetlb
 	fi
 	mount --make-rshared /
+	# Let users open ICMP echo sockets, so pasta and slirp4netns can carry a
+	# container's ping: the escape battery's ICMP control needs a path out.
+	sysctl -qw net.ipv4.ping_group_range="0 2147483647"
 }
 
 # 3. The unprivileged test user, with subordinate ids, a runtime dir and
@@ -92,7 +95,12 @@ test_user() {
 [storage]
 driver = "overlay"
 CONF
+	# Containers resolve through the test upstream's resolver, so a test may
+	# aim DNS at "whatever resolv.conf names" and still reach only our host.
 	cat >"$home/.config/containers/containers.conf" <<CONF
+[containers]
+dns_servers = ["$AISB_UPSTREAM_ADDR"]
+
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"

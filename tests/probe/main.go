@@ -52,6 +52,12 @@ func main() {
 	case "ping":
 		need(args, 1)
 		err = probePing(args[0])
+	case "nproc":
+		need(args, 1)
+		err = probeNproc(args[0])
+	case "alloc":
+		need(args, 1)
+		err = probeAlloc(args[0])
 	case "loopback":
 		need(args, 0)
 		err = probeLoopback()
@@ -71,7 +77,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | loopback | status | nft list|flush|delete|accept")
+	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | nproc N | alloc MIB | loopback | status | nft list|flush|delete|accept")
 	os.Exit(2)
 }
 
@@ -292,5 +298,43 @@ func probePing(addr string) error {
 		return fmt.Errorf("unexpected ICMP type %d", buf[0])
 	}
 	fmt.Printf("echo reply from %s\n", addr)
+	return nil
+}
+
+// probeNproc starts up to n sleeping children and reports how many started;
+// it fails when fewer than n could.
+func probeNproc(arg string) error {
+	var n int
+	fmt.Sscanf(arg, "%d", &n)
+	var procs []*os.Process
+	defer func() {
+		for _, p := range procs {
+			p.Kill()
+			p.Wait()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		p, err := os.StartProcess("/bin/sleep", []string{"sleep", "30"}, &os.ProcAttr{})
+		if err != nil {
+			return fmt.Errorf("started %d of %d: %v", len(procs), n, err)
+		}
+		procs = append(procs, p)
+	}
+	fmt.Printf("started %d processes\n", n)
+	return nil
+}
+
+// probeAlloc maps and touches MIB mebibytes of anonymous memory.
+func probeAlloc(arg string) error {
+	var mib int
+	fmt.Sscanf(arg, "%d", &mib)
+	b, err := syscall.Mmap(-1, 0, mib<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return fmt.Errorf("map %d MiB: %v", mib, err)
+	}
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	fmt.Printf("allocated %d MiB\n", mib)
 	return nil
 }

@@ -1,0 +1,191 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
+
+// aisbUser runs the real aisb binary as the test user, in a project directory
+// of its own, with its own config and state directories.
+type aisbUser struct {
+	bin     string
+	project string
+	config  string // XDG_CONFIG_HOME
+	state   string // XDG_STATE_HOME
+	base    string // AISB_BASE_IMAGE
+	private bool   // no CONTAINER_HOST: aisb starts its own podman service
+}
+
+func newAisb(t *testing.T, base, configTOML string) *aisbUser {
+	t.Helper()
+	testhost.Require(t)
+	a := &aisbUser{
+		bin:     testhost.Binary(t, "cmd/aisb", podmanTags...),
+		project: testhost.UserDir(t),
+		config:  testhost.UserDir(t),
+		state:   testhost.UserDir(t),
+		base:    base,
+	}
+	testhost.Binary(t, "cmd/aisb-entrypoint") // found next to aisb
+	if configTOML != "" {
+		writeUserFile(t, filepath.Join(a.config, "aisb", "config.toml"), configTOML)
+	}
+	return a
+}
+
+// writeUserFile writes a file (and its directory) owned by the test user.
+func writeUserFile(t *testing.T, path, content string) {
+	t.Helper()
+	u, _ := user.Lookup(testhost.User)
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(filepath.Dir(path), uid, gid)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(path, uid, gid)
+}
+
+func (a *aisbUser) command(t *testing.T, ctx context.Context, args ...string) []string {
+	env := []string{"XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state}
+	if a.base != "" {
+		env = append(env, "AISB_BASE_IMAGE="+a.base)
+	}
+	if !a.private {
+		env = append(env, "CONTAINER_HOST="+testhost.Service(t))
+	}
+	return append(append(env, a.bin), args...)
+}
+
+// run runs aisb with args in the project directory and waits for it.
+func (a *aisbUser) run(t *testing.T, args ...string) testhost.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := testhost.UserCommand(ctx, a.command(t, ctx, args...)...)
+	cmd.Dir = a.project
+	return testhost.Run(t, cmd)
+}
+
+// events reads every audit event aisb wrote.
+func (a *aisbUser) events(t *testing.T) []gate.Event {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(a.state, "aisb", "audit", "*.jsonl"))
+	var out []gate.Event
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l == "" {
+				continue
+			}
+			var e gate.Event
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatalf("audit line %q: %v", l, err)
+			}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+var (
+	testBaseOnce sync.Once
+	testBase     string
+	testBaseErr  string
+)
+
+// testBaseImage is the offline base plus the probe at /usr/local/bin/probe and
+// a setuid-root copy at /usr/local/bin/probe-suid, for the escape battery. The
+// sandbox image is built on it exactly as on any other base.
+func testBaseImage(t *testing.T) string {
+	t.Helper()
+	probe := testhost.Binary(t, "tests/probe")
+	testBaseOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "aisb-testbase-")
+		if err != nil {
+			testBaseErr = err.Error()
+			return
+		}
+		defer os.RemoveAll(dir)
+		os.Chmod(dir, 0o755)
+		b, _ := os.ReadFile(probe)
+		os.WriteFile(filepath.Join(dir, "probe"), b, 0o755)
+		os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(`FROM `+testhost.BaseImage+`
+COPY probe /usr/local/bin/probe
+COPY probe /usr/local/bin/probe-suid
+RUN chown root:root /usr/local/bin/probe-suid && chmod 4755 /usr/local/bin/probe-suid
+`), 0o644)
+		tag := "localhost/aisb-testbase:latest"
+		r := testhost.Podman(t, "build", "-q", "-t", tag, dir)
+		if r.Code != 0 {
+			testBaseErr = r.String()
+			return
+		}
+		testBase = tag
+	})
+	if testBaseErr != "" {
+		t.Fatalf("build the test base image: %s", testBaseErr)
+	}
+	return testBase
+}
+
+// script runs each case with sh and prints "RESULT NAME CODE OUTPUT" per case.
+type scriptCase struct {
+	name string
+	argv string // shell words, run as is
+}
+
+func renderScript(cases []scriptCase) string {
+	var b bytes.Buffer
+	b.WriteString("#!/bin/sh\n")
+	b.WriteString("gate=${HTTP_PROXY#http://}\n")
+	for _, c := range cases {
+		fmt.Fprintf(&b, "out=$(%s 2>&1); code=$?; printf 'RESULT %%s %%d %%s\\n' %q \"$code\" \"$(printf %%s \"$out\" | tr '\\n' ' ' | cut -c1-300)\"\n", c.argv, c.name)
+	}
+	return b.String()
+}
+
+type caseResult struct {
+	code int
+	out  string
+}
+
+func parseResults(t *testing.T, stdout string) map[string]caseResult {
+	t.Helper()
+	res := map[string]caseResult{}
+	for _, l := range strings.Split(stdout, "\n") {
+		rest, ok := strings.CutPrefix(l, "RESULT ")
+		if !ok {
+			continue
+		}
+		f := strings.SplitN(rest, " ", 3)
+		if len(f) < 2 {
+			continue
+		}
+		code, _ := strconv.Atoi(f[1])
+		out := ""
+		if len(f) == 3 {
+			out = f[2]
+		}
+		res[f[0]] = caseResult{code, out}
+	}
+	return res
+}
