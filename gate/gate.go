@@ -164,7 +164,7 @@ func ptr[T any](v T) *T { return &v }
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if listening(g.Port) && g.running(c) {
+		if Listening(g.Port) && g.running(c) {
 			return nil
 		}
 		if !g.running(c) {
@@ -177,9 +177,9 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	}
 }
 
-// listening reports whether a socket of this network namespace listens on
+// Listening reports whether a socket of this network namespace listens on
 // 127.0.0.1:port (state 0A in /proc/net/tcp).
-func listening(port int) bool {
+func Listening(port int) bool {
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		return false

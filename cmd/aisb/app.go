@@ -24,7 +24,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			runCommand(),
 			configCommand(),
 			trustCommand(),
+			gateCommand(),
+			auditCommand(),
 			watchdogCommand(),
+			followCommand(),
 		},
 		DisableSliceFlagSeparator: true,
 		// Errors are printed once, below, with the exit status they carry.

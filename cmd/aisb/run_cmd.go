@@ -36,7 +36,7 @@ EXAMPLE:
 			&cli.IntSliceFlag{Name: "host-port", Usage: "let the sandbox reach this TCP `PORT` of the host's loopback; repeatable"},
 			&cli.StringSliceFlag{Name: "env", Usage: "pass `NAME` from your environment, or set NAME=VALUE; repeatable"},
 			&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell"},
-			&cli.StringFlag{Name: "base-image", EnvVars: []string{"AISB_BASE_IMAGE"}, Usage: "build the sandbox on this `IMAGE` (default: sandbox.base_image)"},
+			baseImageFlag(),
 			&cli.StringFlag{Name: "network-helper", Usage: "pasta or slirp4netns (default: pasta where available)"},
 			&cli.StringFlag{Name: "gate", Usage: "use the long-lived gate `NAME` (see aisb gate up) instead of a session gate"},
 			&cli.IntFlag{Name: "pids", Usage: "at most `N` processes"},
@@ -97,6 +97,10 @@ func runAction(c *cli.Context) error {
 		return exitWith(code, errSilent)
 	}
 	return nil
+}
+
+func baseImageFlag() cli.Flag {
+	return &cli.StringFlag{Name: "base-image", EnvVars: []string{"AISB_BASE_IMAGE"}, Usage: "build images on this `IMAGE` (default: sandbox.base_image)"}
 }
 
 // errSilent carries an exit status that needs no message.

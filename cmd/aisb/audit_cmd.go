@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/state"
+)
+
+func auditCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "audit",
+		Usage: "show what the gates allowed and blocked, and how to allow a blocked host",
+		Description: `Every request a gate decided is one JSON line under
+$XDG_STATE_HOME/aisb/audit/SESSION.jsonl, written while the session runs.
+
+EXAMPLE:
+   aisb audit --blocked
+   aisb audit --follow
+   aisb audit --session 20261129-112913-e70f72 --json`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events (of the newest session, or --session)"},
+			&cli.BoolFlag{Name: "blocked", Usage: "only blocked requests"},
+			&cli.StringFlag{Name: "session", Usage: "only session (or long-lived gate) `ID`"},
+			&cli.BoolFlag{Name: "json", Usage: "the JSON lines as written"},
+		},
+		Action: auditAction,
+	}
+}
+
+func auditAction(c *cli.Context) error {
+	dir, err := state.AuditDir()
+	if err != nil {
+		return err
+	}
+	files, err := auditFiles(dir, c.String("session"))
+	if err != nil {
+		return err
+	}
+	print := func(line []byte) error {
+		var e gate.Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil // not ours; the file is append-only JSON lines
+		}
+		if c.Bool("blocked") && !e.Blocked() {
+			return nil
+		}
+		if c.Bool("json") {
+			_, err := fmt.Fprintf(c.App.Writer, "%s\n", line)
+			return err
+		}
+		return printEvent(c.App.Writer, e)
+	}
+	if !c.Bool("follow") {
+		for _, f := range files {
+			if err := eachLine(f, print); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(files) == 0 {
+		return errors.New("audit: no session to follow yet; start one with aisb run")
+	}
+	ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+	return follow(ctx, files[len(files)-1], print)
+}
+
+// auditFiles lists the audit files, oldest first, or the one of session.
+func auditFiles(dir, session string) ([]string, error) {
+	if session != "" {
+		if strings.ContainsAny(session, "/.") {
+			return nil, fmt.Errorf("audit: %q is not a session id", session)
+		}
+		f := filepath.Join(dir, session+".jsonl")
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("audit: no audit for session %s in %s", session, dir)
+		}
+		return []string{f}, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	type file struct {
+		path string
+		mod  time.Time
+	}
+	var fs []file
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), ".jsonl") {
+			fs = append(fs, file{filepath.Join(dir, e.Name()), info.ModTime()})
+		}
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].mod.Before(fs[j].mod) })
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.path)
+	}
+	return out, nil
+}
+
+func eachLine(path string, fn func([]byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if err := fn(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// follow prints the file's lines and then new ones as they are appended.
+func follow(ctx context.Context, path string, fn func([]byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	var partial []byte
+	for {
+		line, err := r.ReadBytes('\n')
+		partial = append(partial, line...)
+		if err == nil {
+			if err := fn(partial[:len(partial)-1]); err != nil {
+				return err
+			}
+			partial = partial[:0]
+			continue
+		}
+		if !errors.Is(err, io.EOF) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func printEvent(w io.Writer, e gate.Event) error {
+	verdict := "ALLOWED"
+	if e.Blocked() {
+		verdict = "BLOCKED"
+	}
+	target := e.Host
+	if e.Port != 0 {
+		target = fmt.Sprintf("%s:%d", e.Host, e.Port)
+	}
+	_, err := fmt.Fprintf(w, "%s  %s  %-7s  %s %s  %d  %s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, verdict, e.Method, target, e.Status, e.Rule)
+	if err == nil && e.Blocked() {
+		_, err = fmt.Fprintf(w, "    %s\n", gate.Advice(e))
+	}
+	return err
+}
