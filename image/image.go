@@ -116,7 +116,7 @@ func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool,
 	}
 	opts := types.BuildOptions{BuildOptions: define.BuildOptions{
 		ContextDirectory:       dir,
-		Args:                   map[string]string{"BASE_IMAGE": s.BaseImage},
+		Args:                   args,
 		Output:                 tag,
 		Labels:                 []string{Label + "=" + tag},
 		Out:                    progress,

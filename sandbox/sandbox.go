@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -73,6 +74,7 @@ type Options struct {
 	PolicyFile string // the session policy on the host, mounted read-only
 	Env        map[string]string
 	HostAdd    []string // "name:address" pins for no-gate mode
+	DNS        []net.IP // resolv.conf's servers (network.dns); nil: Podman's default
 	Terminal   bool
 	Unenforced bool
 	PidsLimit  int64 // cgroup limits; zero means none
@@ -118,6 +120,9 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	}
 	s.NetNS, s.Networks, s.NetworkOptions = ns, nets, netOpts
 	s.HostAdd = o.HostAdd
+	// The sandbox needs no resolver (the gate resolves) and its table drops
+	// DNS; resolv.conf names network.dns when set, like the gate uses.
+	s.DNSServers = o.DNS
 	projectOpts := []string{"rw"}
 	if selinuxEnabled() {
 		projectOpts = append(projectOpts, "z")

@@ -236,7 +236,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 	code, err := sandbox.Run(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
-		Mode: mode, Helper: helper, PolicyFile: policyFile, Env: env, HostAdd: hostAdd,
+		Mode: mode, Helper: helper, PolicyFile: policyFile, Env: env, HostAdd: hostAdd, DNS: dnsIPs(cfg.Network.DNS),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
 		Owner: owner, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
@@ -394,6 +394,14 @@ func resolver(servers []string) *net.Resolver {
 		}
 		return nil, err
 	}}
+}
+
+func dnsIPs(servers []string) []net.IP {
+	var ips []net.IP
+	for _, s := range servers {
+		ips = append(ips, net.ParseIP(s))
+	}
+	return ips
 }
 
 type limits struct {

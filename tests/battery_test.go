@@ -112,7 +112,7 @@ func TestEscapeBattery(t *testing.T) {
 			}
 			ctlScript := filepath.Join(agentDir(t), "controls.sh")
 			os.WriteFile(ctlScript, []byte(renderScript(controls)), 0o755)
-			r := testhost.Podman(t, "run", "--rm", "--network="+h.network, "--cap-add=NET_RAW", "-v", ctlScript+":/controls.sh:ro", base, "sh", "/controls.sh")
+			r := testhost.Podman(t, "run", "--rm", "--network="+h.network, "--dns="+up, "--cap-add=NET_RAW", "-v", ctlScript+":/controls.sh:ro", base, "sh", "/controls.sh")
 			ctl := parseResults(t, r.Stdout)
 			for _, c := range controls {
 				if got, ok := ctl[c.name]; !ok || got.code != 0 {

@@ -25,6 +25,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			configCommand(),
 			trustCommand(),
 			gateCommand(),
+			imageCommand(),
 			auditCommand(),
 			watchdogCommand(),
 			followCommand(),

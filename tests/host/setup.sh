@@ -95,12 +95,7 @@ test_user() {
 [storage]
 driver = "overlay"
 CONF
-	# Containers resolve through the test upstream's resolver, so a test may
-	# aim DNS at "whatever resolv.conf names" and still reach only our host.
 	cat >"$home/.config/containers/containers.conf" <<CONF
-[containers]
-dns_servers = ["$AISB_UPSTREAM_ADDR"]
-
 [engine]
 cgroup_manager = "cgroupfs"
 events_logger = "file"
@@ -112,11 +107,13 @@ CONF
 #    mirror, imported into the test user's storage. Cached by the hash of the
 #    package list, as a tarball and as the image.
 base_image() {
-	local hash tarball
+	local hash tarball tag
 	hash=$(printf '%s\n' "$AISB_BASE_PACKAGES" | sha256sum | cut -c1-12)
 	tarball="$AISB_CACHE/base-$hash.tar"
-	if as_user podman image exists "$AISB_TEST_BASE_IMAGE-$hash" 2>/dev/null; then
-		as_user podman tag "$AISB_TEST_BASE_IMAGE-$hash" "$AISB_TEST_BASE_IMAGE"
+	# The image also depends on the machine's CAs and this recipe.
+	tag=$( (echo "$hash recipe-2"; cat /usr/local/share/ca-certificates/*.crt 2>/dev/null) | sha256sum | cut -c1-12)
+	if as_user podman image exists "$AISB_TEST_BASE_IMAGE-$tag" 2>/dev/null; then
+		as_user podman tag "$AISB_TEST_BASE_IMAGE-$tag" "$AISB_TEST_BASE_IMAGE"
 		return
 	fi
 	mkdir -p "$AISB_CACHE"
@@ -134,8 +131,30 @@ base_image() {
 		rm -rf "$dir"
 	fi
 	log "importing $AISB_TEST_BASE_IMAGE"
-	as_user podman import - "$AISB_TEST_BASE_IMAGE-$hash" <"$tarball" >/dev/null
-	as_user podman tag "$AISB_TEST_BASE_IMAGE-$hash" "$AISB_TEST_BASE_IMAGE"
+	as_user podman image exists "$AISB_TEST_BASE_IMAGE-raw-$hash" ||
+		as_user podman import - "$AISB_TEST_BASE_IMAGE-raw-$hash" <"$tarball" >/dev/null
+	trust_machine_cas "$AISB_TEST_BASE_IMAGE-raw-$hash" "$AISB_TEST_BASE_IMAGE-$tag"
+	as_user podman tag "$AISB_TEST_BASE_IMAGE-$tag" "$AISB_TEST_BASE_IMAGE"
+}
+
+# trust_machine_cas adds the machine's own extra CA certificates (this
+# machine's egress re-signs TLS) to the base image, for the system store and
+# for npm, so image builds can fetch packages here as they do on the host.
+trust_machine_cas() {
+	local from=$1 to=$2 ctx
+	ctx=$(mktemp -d)
+	chmod 755 "$ctx"
+	mkdir "$ctx/cas"
+	cp /usr/local/share/ca-certificates/*.crt "$ctx/cas/" 2>/dev/null || true
+	cat >"$ctx/Containerfile" <<CF
+FROM $from
+COPY cas/ /usr/local/share/ca-certificates/
+RUN update-ca-certificates >/dev/null 2>&1; printf 'cafile=/etc/ssl/certs/ca-certificates.crt\n' >/etc/npmrc
+ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+CF
+	chmod -R a+rX "$ctx"
+	as_user podman build -q -t "$to" "$ctx" >/dev/null
+	rm -rf "$ctx"
 }
 
 install_packages
