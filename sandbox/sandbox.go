@@ -59,7 +59,7 @@ var EntrypointCaps = []string{"NET_ADMIN", "SETUID", "SETGID", "SETPCAP"}
 
 // Rlimit is one POSIX resource limit for the rlimit fallback.
 type Rlimit struct {
-	Type  string // RLIMIT_NPROC, RLIMIT_DATA, RLIMIT_CPU
+	Type  string // nproc, data or cpu (Podman adds the RLIMIT_ prefix)
 	Value uint64
 }
 
@@ -207,17 +207,21 @@ func Run(c *engine.Conn, o Options) (int, error) {
 	if err := containers.Start(c.Ctx, s.Name, nil); err != nil {
 		return 0, fmt.Errorf("start sandbox: %w", err)
 	}
-	// Without a terminal, signals to aisb go to the agent.
+	// Signals to aisb go to the agent, which ends the session the normal
+	// way (and so removes the gate). With a terminal, Ctrl-C arrives as a
+	// byte through the TTY, not as a signal to aisb.
+	forward := []os.Signal{syscall.SIGTERM, syscall.SIGHUP}
 	if !o.Terminal {
-		sigs := make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer signal.Stop(sigs)
-		go func() {
-			for sig := range sigs {
-				containers.Kill(c.Ctx, s.Name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal)))))
-			}
-		}()
+		forward = append(forward, syscall.SIGINT)
 	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forward...)
+	defer signal.Stop(sigs)
+	go func() {
+		for sig := range sigs {
+			containers.Kill(c.Ctx, s.Name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal)))))
+		}
+	}()
 	code, err := containers.Wait(c.Ctx, s.Name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
 	if err != nil {
 		return 0, fmt.Errorf("wait for sandbox: %w", err)

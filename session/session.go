@@ -429,13 +429,13 @@ func resolveLimits(l config.Limits, fallback bool, cpuSeconds uint64) (limits, e
 		return out, errors.New("--cpus cannot be enforced with the rlimit fallback (no rlimit bounds a CPU rate); use --cpu-seconds for a total CPU time")
 	}
 	if l.Pids > 0 {
-		out.rlimits = append(out.rlimits, sandbox.Rlimit{Type: "RLIMIT_NPROC", Value: uint64(l.Pids)})
+		out.rlimits = append(out.rlimits, sandbox.Rlimit{Type: "nproc", Value: uint64(l.Pids)})
 	}
 	if mem > 0 {
-		out.rlimits = append(out.rlimits, sandbox.Rlimit{Type: "RLIMIT_DATA", Value: uint64(mem)})
+		out.rlimits = append(out.rlimits, sandbox.Rlimit{Type: "data", Value: uint64(mem)})
 	}
 	if cpuSeconds > 0 {
-		out.rlimits = append(out.rlimits, sandbox.Rlimit{Type: "RLIMIT_CPU", Value: cpuSeconds})
+		out.rlimits = append(out.rlimits, sandbox.Rlimit{Type: "cpu", Value: cpuSeconds})
 	}
 	return out, nil
 }

@@ -72,15 +72,33 @@ func (a *aisbUser) command(t *testing.T, ctx context.Context, args ...string) []
 	if !a.private {
 		env = append(env, "CONTAINER_HOST="+testhost.Service(t))
 	}
-	return append(append(env, a.bin), args...)
+	return append(append(append([]string{"env"}, env...), a.bin), args...)
 }
 
 // run runs aisb with args in the project directory and waits for it.
 func (a *aisbUser) run(t *testing.T, args ...string) testhost.Result {
 	t.Helper()
+	return a.runEnv(t, nil, args...)
+}
+
+// runEnv is run with extra variables in aisb's own environment. They go
+// through a file the shell sources, never through any command line.
+func (a *aisbUser) runEnv(t *testing.T, env []string, args ...string) testhost.Result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := testhost.UserCommand(ctx, a.command(t, ctx, args...)...)
+	argv := a.command(t, ctx, args...)
+	if len(env) > 0 {
+		file := filepath.Join(testhost.UserDir(t), "env")
+		var b strings.Builder
+		for _, e := range env {
+			k, v, _ := strings.Cut(e, "=")
+			fmt.Fprintf(&b, "export %s='%s'\n", k, v)
+		}
+		writeUserFile(t, file, b.String())
+		argv = append([]string{"sh", "-c", ". " + file + " && exec \"$@\"", "sh"}, argv...)
+	}
+	cmd := testhost.UserCommand(ctx, argv...)
 	cmd.Dir = a.project
 	return testhost.Run(t, cmd)
 }

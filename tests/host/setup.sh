@@ -36,7 +36,7 @@ podman_major() {
 #    priority, without recommends, so nothing else on the machine moves.
 install_packages() {
 	local need=()
-	for c in slirp4netns newuidmap debootstrap dnsmasq nft ip curl; do
+	for c in slirp4netns newuidmap debootstrap dnsmasq nft ip curl tmux; do
 		command -v "$c" >/dev/null 2>&1 || need+=("$c")
 	done
 	if [ "$(podman_major)" != 5 ] || ! command -v pasta >/dev/null 2>&1 || [ ${#need[@]} -gt 0 ]; then
@@ -58,7 +58,7 @@ PIN
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -qq
 		apt-get install -y -qq --no-install-recommends \
-			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates >/dev/null
+			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux >/dev/null
 		apt-get install -y -qq --no-install-recommends -t trixie \
 			podman passt crun conmon golang-github-containers-common netavark buildah >/dev/null
 	fi
