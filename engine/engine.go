@@ -17,6 +17,8 @@ import (
 	"github.com/blang/semver/v4"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/specgen"
+	spec "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // MinVersion is the oldest Podman service aisb drives; pasta needs MinPasta.
@@ -169,4 +171,29 @@ func Remove(c *Conn, name string) error {
 		return fmt.Errorf("remove %s: %w", name, err)
 	}
 	return nil
+}
+
+// RunOnce runs argv in image with no network and no capabilities, hostDir
+// mounted read-write at mountPoint, and returns its exit status.
+func RunOnce(c *Conn, image, hostDir, mountPoint string, argv []string) (int, error) {
+	s := specgen.NewSpecGenerator(image, false)
+	s.Entrypoint, s.Command = argv[:1], argv[1:]
+	s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	s.CapDrop = []string{"ALL"}
+	userns, err := specgen.ParseUserNamespace("keep-id")
+	if err != nil {
+		return 0, err
+	}
+	s.UserNS = userns
+	s.Mounts = []spec.Mount{{Type: "bind", Source: hostDir, Destination: mountPoint, Options: []string{"rw"}}}
+	resp, err := containers.CreateWithSpec(c.Ctx, s, nil)
+	if err != nil {
+		return 0, fmt.Errorf("create: %w", err)
+	}
+	defer Remove(c, resp.ID)
+	if err := containers.Start(c.Ctx, resp.ID, nil); err != nil {
+		return 0, fmt.Errorf("start: %w", err)
+	}
+	code, err := containers.Wait(c.Ctx, resp.ID, nil)
+	return int(code), err
 }

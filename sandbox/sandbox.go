@@ -77,7 +77,9 @@ type Options struct {
 	DNS        []net.IP // resolv.conf's servers (network.dns); nil: Podman's default
 	Terminal   bool
 	Unenforced bool
-	PidsLimit  int64 // cgroup limits; zero means none
+	CapAdd     []string // nil: EntrypointCaps; doctor narrows it to prove failing closed
+	Plain      bool     // run Command as root without the entrypoint: doctor's control only
+	PidsLimit  int64    // cgroup limits; zero means none
 	Memory     int64
 	CPUs       float64
 	Rlimits    []Rlimit
@@ -103,6 +105,9 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	}
 	s.Entrypoint = append(argv, "--")
 	s.Command = o.Command
+	if o.Plain {
+		s.Entrypoint, s.Command = o.Command[:1], o.Command[1:]
+	}
 	// Root of the user namespace for the entrypoint's first moments; it
 	// becomes uid 1000 (the host user, through keep-id) before exec.
 	s.User = "0:0"
@@ -113,6 +118,9 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	s.UserNS = userns
 	s.CapDrop = []string{"ALL"}
 	s.CapAdd = EntrypointCaps
+	if o.CapAdd != nil {
+		s.CapAdd = o.CapAdd
+	}
 	s.NoNewPrivileges = ptr(true)
 	ns, nets, netOpts, err := specgen.ParseNetworkFlag([]string{networkFlag(o.Mode, o.Helper)})
 	if err != nil {

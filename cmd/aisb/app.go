@@ -26,6 +26,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			trustCommand(),
 			gateCommand(),
 			imageCommand(),
+			doctorCommand(),
 			auditCommand(),
 			watchdogCommand(),
 			followCommand(),

@@ -255,22 +255,36 @@ func Service(t testing.TB) string {
 	Require(t)
 	svcMu.Lock()
 	defer svcMu.Unlock()
-	if svcURI != "" {
-		return svcURI
+	if svcURI == "" {
+		svcURI, svcCmd = startService(t, nil)
 	}
+	return svcURI
+}
+
+// ServiceWith starts a service of its own with extra environment (say, a
+// PATH without pasta), stopped when the test ends.
+func ServiceWith(t testing.TB, env []string) string {
+	t.Helper()
+	Require(t)
+	uri, cmd := startService(t, env)
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	return uri
+}
+
+func startService(t testing.TB, env []string) (string, *exec.Cmd) {
+	t.Helper()
 	u, err := user.Lookup(User)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock := fmt.Sprintf("/run/user/%s/aisb-test-%d.sock", u.Uid, os.Getpid())
-	os.Remove(sock)
-	cmd := UserCommand(context.Background(), "podman", "system", "service", "--time=0", "unix://"+sock)
+	sock := fmt.Sprintf("/run/user/%s/aisb-test-%d-%d.sock", u.Uid, os.Getpid(), time.Now().UnixNano())
+	cmd := UserCommand(context.Background(), append(env, "podman", "system", "service", "--time=0", "unix://"+sock)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start podman service: %v", err)
 	}
 	for i := 0; ; i++ {
 		if _, err := os.Stat(sock); err == nil {
-			break
+			return "unix://" + sock, cmd
 		}
 		if i == 200 {
 			cmd.Process.Kill()
@@ -278,8 +292,6 @@ func Service(t testing.TB) string {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	svcCmd, svcURI = cmd, "unix://"+sock
-	return svcURI
 }
 
 // UserDir is a temporary directory owned by the test user.

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -39,6 +40,24 @@ func main() {
 	logger := log.New(f, "", log.LstdFlags|log.Lmicroseconds)
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// /bytes/N streams N zero bytes: the throughput benchmark's download.
+		if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {
+			size, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || size < 0 || size > 8<<30 {
+				http.Error(w, "bad size", http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Length", n)
+			buf := make([]byte, 1<<20)
+			for size > 0 {
+				chunk := min(size, int64(len(buf)))
+				if _, err := w.Write(buf[:chunk]); err != nil {
+					return
+				}
+				size -= chunk
+			}
+			return
+		}
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"

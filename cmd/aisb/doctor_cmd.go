@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/aisb-dev/aisb/config"
+	"github.com/aisb-dev/aisb/doctor"
+	"github.com/aisb-dev/aisb/session"
+)
+
+func doctorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "doctor",
+		Usage: "measure this host's isolation live before you trust it",
+		Description: `Checks Podman and its rootless network helper, the rootless setup, whether
+limits can be enforced, that a generated gate config parses, and then, with
+real containers against targets doctor creates on loopback: the table
+installs with NET_ADMIN and not without it, the mapped host loopback reaches
+the gate and nothing else, UDP/DNS and raw sockets are blocked, and the agent
+cannot change the table. Each sandbox check is paired with a control run
+without the sandbox. Exit 1 on any FAIL.
+
+EXAMPLE:
+   aisb doctor
+   AISB_BASE_IMAGE=localhost/aisb-base:trixie aisb doctor --json`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "one JSON object per check on stdout"},
+			&cli.StringFlag{Name: "network-helper", Usage: "check pasta or slirp4netns (default: the one aisb run would use)"},
+			baseImageFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			dir, err := workDir()
+			if err != nil {
+				return err
+			}
+			src, err := config.DefaultSources(dir)
+			if err != nil {
+				return exitWith(config.ExitConfig, err)
+			}
+			src.ProjectDir = ""
+			r, err := config.Resolve(src)
+			if err != nil {
+				return exitWith(config.ExitConfig, err)
+			}
+			if err := r.Apply(config.Overrides{BaseImage: c.String("base-image")}); err != nil {
+				return exitWith(config.ExitConfig, err)
+			}
+			ep, err := session.FindEntrypoint()
+			if err != nil {
+				return err
+			}
+			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: ep})
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				for _, ch := range rep.Checks {
+					enc.Encode(ch)
+				}
+			} else {
+				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				for _, ch := range rep.Checks {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, ch.Reason)
+				}
+				tw.Flush()
+			}
+			if rep.Failed() {
+				return exitWith(1, errors.New("doctor: at least one check failed"))
+			}
+			return nil
+		},
+	}
+}
