@@ -5,7 +5,7 @@ GO ?= go
 SHELL := /bin/bash
 export CGO_ENABLED := 0
 
-.PHONY: all build vet test test-unit host clean
+.PHONY: all build vet test test-unit host clean bench
 
 all: build
 
@@ -31,3 +31,7 @@ host:
 
 clean:
 	rm -rf bin test.log
+
+# Benchmarks of what the sandbox costs (figures in docs/performance.md).
+bench: host
+	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/

@@ -1,0 +1,300 @@
+// Package bench measures what the sandbox costs, side by side with the same
+// work done without it. Run with `make bench`; figures go to docs/performance.md.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+
+	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/harness"
+	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/internal/netnstest"
+	"github.com/aisb-dev/aisb/internal/testhost"
+	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/session"
+)
+
+const runs = 7 // every figure is a median of this many runs
+
+var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testhost.Cleanup()
+	os.Exit(code)
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// timeIt runs f and returns how long it took, failing on error.
+func timeIt(b *testing.B, f func() error) time.Duration {
+	b.Helper()
+	start := time.Now()
+	if err := f(); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+type user struct {
+	bin, project, config, state string
+}
+
+func newUser(b *testing.B) *user {
+	b.Helper()
+	testhost.Require(b)
+	u := &user{bin: testhost.Binary(b, "cmd/aisb", podmanTags...), project: testhost.UserDir(b), config: testhost.UserDir(b), state: testhost.UserDir(b)}
+	testhost.Binary(b, "cmd/aisb-entrypoint")
+	os.MkdirAll(filepath.Join(u.config, "aisb"), 0o755)
+	os.WriteFile(filepath.Join(u.config, "aisb", "config.toml"), []byte("version = 1\n[network]\ndns = [\""+testhost.UpstreamAddr+"\"]\n"), 0o644)
+	exec.Command("chown", "-R", testhost.User+":", u.config).Run()
+	return u
+}
+
+func (u *user) aisb(b *testing.B, serviceURI string, args ...string) error {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	env := []string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state, "AISB_BASE_IMAGE=" + testhost.BaseImage}
+	if serviceURI != "" {
+		env = append(env, "CONTAINER_HOST="+serviceURI)
+	}
+	cmd := testhost.UserCommand(ctx, append(append(env, u.bin), args...)...)
+	cmd.Dir = u.project
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("aisb %v: %v\n%s", args, err, out.String())
+	}
+	return nil
+}
+
+func podmanCLI(args ...string) func() error {
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := testhost.UserCommand(ctx, append([]string{"podman"}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("podman %v: %v\n%s", args, err, out)
+		}
+		return nil
+	}
+}
+
+// sandboxImage makes sure the shell harness's image exists and returns it.
+func sandboxImage(b *testing.B, uri string) string {
+	b.Helper()
+	b.Setenv("CONTAINER_HOST", uri)
+	c, err := engine.Connect(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	shell, _ := harness.Lookup("shell")
+	ep, _ := os.ReadFile(testhost.Binary(b, "cmd/aisb-entrypoint"))
+	tag, _, err := image.Ensure(c, session.ImageSpec(testhost.BaseImage, shell, ep), os.Stderr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tag
+}
+
+// BenchmarkStartup: a whole `aisb run -- true` against the same container
+// started by podman itself, interleaved so both see the same machine.
+func BenchmarkStartup(b *testing.B) {
+	u := newUser(b)
+	uri := testhost.Service(b)
+	img := sandboxImage(b, uri)
+	if err := u.aisb(b, uri, "gate", "up", "bench"); err != nil {
+		b.Fatal(err)
+	}
+	defer u.aisb(b, uri, "gate", "down", "bench")
+	cases := []struct {
+		name string
+		f    func() error
+	}{
+		{"podman-pasta", podmanCLI("run", "--rm", "--network=pasta", "--entrypoint=true", img)},
+		{"aisb-allow", func() error { return u.aisb(b, uri, "run", "--harness", "shell", "--", "true") }},
+		{"aisb-allow-private-service", func() error { return u.aisb(b, "", "run", "--harness", "shell", "--", "true") }},
+		{"aisb-allow-long-lived-gate", func() error { return u.aisb(b, uri, "run", "--gate", "bench", "--harness", "shell", "--", "true") }},
+		{"podman-none", podmanCLI("run", "--rm", "--network=none", "--entrypoint=true", img)},
+		{"aisb-none", func() error { return u.aisb(b, uri, "run", "--net", "none", "--harness", "shell", "--", "true") }},
+	}
+	times := map[string][]time.Duration{}
+	for _, c := range cases { // warm-up
+		c.f()
+	}
+	for i := 0; i < runs; i++ {
+		for _, c := range cases {
+			times[c.name] = append(times[c.name], timeIt(b, c.f))
+		}
+	}
+	for _, c := range cases {
+		b.ReportMetric(ms(median(times[c.name])), c.name+"-ms")
+	}
+	ratio := func(a, base string) float64 {
+		return float64(median(times[a])) / float64(median(times[base]))
+	}
+	b.ReportMetric(ratio("aisb-allow", "podman-pasta"), "allow/podman-ratio")
+	b.ReportMetric(ratio("aisb-allow-long-lived-gate", "podman-pasta"), "long-lived-gate/podman-ratio")
+	b.ReportMetric(ratio("aisb-none", "podman-none"), "none/podman-ratio")
+}
+
+// BenchmarkEntrypoint: the entrypoint's own time from its start to the
+// command's exec (install, read back, drop, verify), as the difference between
+// `nsenter aisb-entrypoint -- true` and `nsenter true` in a fresh namespace.
+func BenchmarkEntrypoint(b *testing.B) {
+	ep := testhost.Binary(b, "cmd/aisb-entrypoint")
+	ns := netnstest.New(b)
+	dir := b.TempDir()
+	pol := filepath.Join(dir, "policy.json")
+	os.WriteFile(pol, []byte(`{"version":1,"mode":"allow","gate":{"addr":"100.64.0.1","port":3128}}`), 0o644)
+	enter := []string{"nsenter", "--net=/run/netns/" + ns.Name}
+	run := func(argv ...string) func() error {
+		return func() error { return exec.Command(argv[0], argv[1:]...).Run() }
+	}
+	var with, without []time.Duration
+	for i := 0; i < 3*runs; i++ {
+		without = append(without, timeIt(b, run(append(enter, "/bin/true")...)))
+		with = append(with, timeIt(b, run(append(enter, ep, "--policy", pol, "--", "/bin/true")...)))
+	}
+	b.ReportMetric(ms(median(with)-median(without)), "entrypoint-ms")
+	b.ReportMetric(ms(median(without)), "baseline-exec-ms")
+}
+
+// BenchmarkThroughput: a 1 GiB HTTPS download from the test upstream through
+// the gate's CONNECT tunnel against the same download in --net open.
+func BenchmarkThroughput(b *testing.B) {
+	u := newUser(b)
+	uri := testhost.Service(b)
+	const size = 1 << 30
+	speed := func(args ...string) float64 {
+		out := &bytes.Buffer{}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := testhost.UserCommand(ctx, append([]string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state,
+			"AISB_BASE_IMAGE=" + testhost.BaseImage, "CONTAINER_HOST=" + uri, u.bin}, args...)...)
+		cmd.Dir, cmd.Stdout = u.project, out
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("%v: %v %s", args, err, out)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
+		if err != nil {
+			b.Fatalf("speed %q: %v", out, err)
+		}
+		return v
+	}
+	curl := func(target string) []string {
+		return []string{"curl", "-sSfk", "-o", "/dev/null", "-w", "%{speed_download}", fmt.Sprintf("https://%s/bytes/%d", target, size)}
+	}
+	var gated, open []float64
+	for i := 0; i < 5; i++ {
+		gated = append(gated, speed(append([]string{"run", "--harness", "shell", "--allow", "allowed.test", "--"}, curl("allowed.test")...)...))
+		open = append(open, speed(append([]string{"run", "--net", "open", "--harness", "shell", "--"}, curl(testhost.UpstreamAddr)...)...))
+	}
+	slices.Sort(gated)
+	slices.Sort(open)
+	b.ReportMetric(gated[2]/1e6, "gate-MB/s")
+	b.ReportMetric(open[2]/1e6, "open-MB/s")
+	b.ReportMetric(gated[2]/open[2], "gate/open-ratio")
+}
+
+// BenchmarkGateMemory: squid's resident memory after 1,000 requests.
+func BenchmarkGateMemory(b *testing.B) {
+	uri := testhost.Service(b)
+	b.Setenv("CONTAINER_HOST", uri)
+	c, err := engine.Connect(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), os.Stderr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	hosts, _ := policy.ParseAllowlist([]string{"allowed.test"})
+	g, err := gate.Start(c, gate.Options{Session: "bench-mem", Dir: testhost.UserDir(b), Image: img, Allowlist: hosts,
+		DNS: []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Stop(c)
+	proxy, _ := url.Parse("http://" + g.Addr())
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}, Timeout: 10 * time.Second}
+	rss := func() float64 {
+		data, err := containers.Inspect(c.Ctx, g.Name, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", data.State.Pid))
+		for _, l := range strings.Split(string(st), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+				return float64(kb) / 1024
+			}
+		}
+		return 0
+	}
+	before := rss()
+	for i := 0; i < 1000; i++ {
+		target := "http://allowed.test/"
+		if i%2 == 1 {
+			target = "http://other.test/" // refused: a block costs memory too
+		}
+		resp, err := client.Get(target)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	b.ReportMetric(before, "rss-start-MB")
+	b.ReportMetric(rss(), "rss-after-1000-MB")
+}
+
+// BenchmarkRebuildCheck: deciding that nothing needs building.
+func BenchmarkRebuildCheck(b *testing.B) {
+	uri := testhost.Service(b)
+	img := sandboxImage(b, uri)
+	b.Setenv("CONTAINER_HOST", uri)
+	c, err := engine.Connect(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	shell, _ := harness.Lookup("shell")
+	ep, _ := os.ReadFile(testhost.Binary(b, "cmd/aisb-entrypoint"))
+	var times []time.Duration
+	for i := 0; i < 3*runs; i++ {
+		times = append(times, timeIt(b, func() error {
+			tag, built, err := image.Ensure(c, session.ImageSpec(testhost.BaseImage, shell, ep), os.Stderr)
+			if err == nil && (built || tag != img) {
+				err = fmt.Errorf("rebuilt %s although nothing changed", tag)
+			}
+			return err
+		}))
+	}
+	b.ReportMetric(ms(median(times)), "check-ms")
+}
+
