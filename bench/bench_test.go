@@ -297,4 +297,3 @@ func BenchmarkRebuildCheck(b *testing.B) {
 	}
 	b.ReportMetric(ms(median(times)), "check-ms")
 }
-
