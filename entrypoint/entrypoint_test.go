@@ -75,20 +75,6 @@ func newSandbox(t *testing.T) *sandbox {
 	return s
 }
 
-// agentDir is a temporary directory uid 1000 can reach and write.
-func agentDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "aisb-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func vethOf(t *testing.T, ns *netnstest.NS) string {
 	out := ns.MustRun(t, "ip", "-o", "link", "show", "type", "veth")
 	name, _, _ := strings.Cut(strings.TrimSpace(strings.SplitN(out, ":", 3)[1]), "@")
@@ -201,7 +187,7 @@ func TestPrivilegesDropped(t *testing.T) {
 // TestSetuidGivesNothingBack: a setuid-root binary runs as the agent.
 func TestSetuidGivesNothingBack(t *testing.T) {
 	s := newSandbox(t)
-	dir := agentDir(t)
+	dir := testhost.AgentDir(t)
 	suid := filepath.Join(dir, "probe-suid")
 	b, _ := os.ReadFile(s.probe)
 	if err := os.WriteFile(suid, b, 0o755); err != nil {
@@ -261,7 +247,7 @@ func TestFailsClosed(t *testing.T) {
 	testhost.RequireRoot(t)
 	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
 	ns := netnstest.New(t)
-	dir := agentDir(t)
+	dir := testhost.AgentDir(t)
 	valid := writePolicy(t, ruleset.Policy{Version: 1, Mode: ruleset.ModeNone})
 	invalid := filepath.Join(dir, "invalid.json")
 	os.WriteFile(invalid, []byte(`{"version":1,"mode":"allow"}`), 0o644)

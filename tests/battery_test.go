@@ -110,7 +110,7 @@ func TestEscapeBattery(t *testing.T) {
 				}
 				inside = append(inside, scriptCase{c.name, c.argv})
 			}
-			ctlScript := filepath.Join(agentDir(t), "controls.sh")
+			ctlScript := filepath.Join(testhost.AgentDir(t), "controls.sh")
 			os.WriteFile(ctlScript, []byte(renderScript(controls)), 0o755)
 			r := testhost.Podman(t, "run", "--rm", "--network="+h.network, "--dns="+up, "--cap-add=NET_RAW", "-v", ctlScript+":/controls.sh:ro", base, "sh", "/controls.sh")
 			ctl := parseResults(t, r.Stdout)

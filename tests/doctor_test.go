@@ -50,7 +50,7 @@ func TestDoctor(t *testing.T) {
 
 	t.Run("pasta unavailable", func(t *testing.T) {
 		// A PATH with everything of this host but pasta, for the service.
-		bin := agentDir(t)
+		bin := testhost.AgentDir(t)
 		for _, dir := range []string{"/usr/bin", "/usr/sbin", "/bin", "/sbin"} {
 			entries, _ := os.ReadDir(dir)
 			for _, e := range entries {
@@ -72,7 +72,7 @@ func TestDoctor(t *testing.T) {
 	t.Run("table cannot be installed", func(t *testing.T) {
 		// A seccomp profile that refuses netlink sockets: the kernel side of
 		// the table is out of reach, as on a kernel without nf_tables.
-		dir := agentDir(t)
+		dir := testhost.AgentDir(t)
 		profile := filepath.Join(dir, "no-netlink.json")
 		os.WriteFile(profile, []byte(`{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["socket"], "action": "SCMP_ACT_ERRNO", "errnoRet": 97, "args": [{"index": 0, "value": 16, "op": "SCMP_CMP_EQ"}]}]}`), 0o644)
 		conf := filepath.Join(dir, "containers.conf")

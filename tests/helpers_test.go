@@ -46,28 +46,13 @@ func listenLoopback(t *testing.T, greeting string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// agentDir is a temporary directory the test user (and uid 1000 in a
-// container) can read.
-func agentDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "aisb-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
 func writePolicy(t *testing.T, p ruleset.Policy) string {
 	t.Helper()
 	b, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(agentDir(t), "policy.json")
+	path := filepath.Join(testhost.AgentDir(t), "policy.json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

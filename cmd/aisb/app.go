@@ -67,6 +67,33 @@ func (e *exitError) ExitCode() int { return e.code }
 
 func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
 
+// resolveConfig merges the user's file, this directory's .aisb.toml (when
+// withProject) and the flags, and says on stderr what was ignored. Errors
+// carry exit 78. src.ProjectDir is this directory, also without a project file.
+func resolveConfig(c *cli.Context, withProject bool, ov config.Overrides) (r *config.Resolved, src config.Sources, err error) {
+	dir, err := workDir()
+	if err != nil {
+		return nil, src, err
+	}
+	if src, err = config.DefaultSources(dir); err != nil {
+		return nil, src, exitWith(config.ExitConfig, err)
+	}
+	resolveSrc := src
+	if !withProject {
+		resolveSrc.ProjectDir = ""
+	}
+	if r, err = config.Resolve(resolveSrc); err != nil {
+		return nil, src, exitWith(config.ExitConfig, err)
+	}
+	for _, n := range r.Notices {
+		fmt.Fprintf(c.App.ErrWriter, "aisb: %s\n", n)
+	}
+	if err := r.Apply(ov); err != nil {
+		return nil, src, exitWith(config.ExitConfig, err)
+	}
+	return r, src, nil
+}
+
 func workDir() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {

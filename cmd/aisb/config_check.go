@@ -33,7 +33,7 @@ EXAMPLE:
 }
 
 func configCheck(c *cli.Context) error {
-	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	stdout := c.App.Writer
 	if c.NArg() > 1 {
 		return exitWith(2, errors.New("config check takes at most one FILE"))
 	}
@@ -47,22 +47,11 @@ func configCheck(c *cli.Context) error {
 		fmt.Fprintf(stdout, "%s: ok\n", file)
 		return nil
 	}
-	dir, err := workDir()
+	r, src, err := resolveConfig(c, true, config.Overrides{})
 	if err != nil {
 		return err
 	}
-	src, err := config.DefaultSources(dir)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	r, err := config.Resolve(src)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	for _, n := range r.Notices {
-		fmt.Fprintf(stderr, "aisb: %s\n", n)
-	}
-	for _, f := range []string{src.UserFile, filepath.Join(dir, config.ProjectFileName)} {
+	for _, f := range []string{src.UserFile, filepath.Join(src.ProjectDir, config.ProjectFileName)} {
 		if _, err := config.ReadFile(f); err == nil {
 			fmt.Fprintf(stdout, "%s: ok\n", f)
 		}

@@ -34,21 +34,9 @@ EXAMPLE:
 			baseImageFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			dir, err := workDir()
+			r, _, err := resolveConfig(c, false, config.Overrides{BaseImage: c.String("base-image")})
 			if err != nil {
 				return err
-			}
-			src, err := config.DefaultSources(dir)
-			if err != nil {
-				return exitWith(config.ExitConfig, err)
-			}
-			src.ProjectDir = ""
-			r, err := config.Resolve(src)
-			if err != nil {
-				return exitWith(config.ExitConfig, err)
-			}
-			if err := r.Apply(config.Overrides{BaseImage: c.String("base-image")}); err != nil {
-				return exitWith(config.ExitConfig, err)
 			}
 			ep, err := session.FindEntrypoint()
 			if err != nil {

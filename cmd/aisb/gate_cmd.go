@@ -85,21 +85,10 @@ func gateUp(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	dir, err := workDir()
+	// A shared gate takes the user's configuration only, never a project's.
+	r, _, err := resolveConfig(c, false, config.Overrides{Allow: c.StringSlice("allow"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
-	}
-	src, err := config.DefaultSources(dir)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	src.ProjectDir = "" // a shared gate takes the user's configuration only
-	r, err := config.Resolve(src)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	if err := r.Apply(config.Overrides{Allow: c.StringSlice("allow"), BaseImage: c.String("base-image")}); err != nil {
-		return exitWith(config.ExitConfig, err)
 	}
 	conn, err := connectAndReap(c.Context, c)
 	if err != nil {

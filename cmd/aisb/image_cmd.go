@@ -45,20 +45,9 @@ EXAMPLE:
 }
 
 func imageBuild(c *cli.Context) error {
-	dir, err := workDir()
+	r, _, err := resolveConfig(c, true, config.Overrides{Harness: c.String("harness"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
-	}
-	src, err := config.DefaultSources(dir)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	r, err := config.Resolve(src)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	if err := r.Apply(config.Overrides{Harness: c.String("harness"), BaseImage: c.String("base-image")}); err != nil {
-		return exitWith(config.ExitConfig, err)
 	}
 	h, err := harness.Lookup(r.Config.Sandbox.Harness)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 
@@ -52,27 +51,13 @@ EXAMPLE:
 
 func runAction(c *cli.Context) error {
 	stderr := c.App.ErrWriter
-	dir, err := workDir()
-	if err != nil {
-		return err
-	}
-	src, err := config.DefaultSources(dir)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	r, err := config.Resolve(src)
-	if err != nil {
-		return exitWith(config.ExitConfig, err)
-	}
-	for _, n := range r.Notices {
-		fmt.Fprintf(stderr, "aisb: %s\n", n)
-	}
-	if err := r.Apply(config.Overrides{
+	r, src, err := resolveConfig(c, true, config.Overrides{
 		Mode: c.String("net"), Allow: c.StringSlice("allow"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
 		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"),
-	}); err != nil {
-		return exitWith(config.ExitConfig, err)
+	})
+	if err != nil {
+		return err
 	}
 	ep, err := session.FindEntrypoint()
 	if err != nil {
@@ -84,7 +69,7 @@ func runAction(c *cli.Context) error {
 	}
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	code, err := session.Run(c.Context, session.Options{
-		Config: r, ProjectDir: dir, Command: c.Args().Slice(),
+		Config: r, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
 		Entrypoint: ep, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY,

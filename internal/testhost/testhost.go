@@ -314,3 +314,18 @@ func UserDir(t testing.TB) string {
 	os.Chmod(dir, 0o755)
 	return dir
 }
+
+// AgentDir is a temporary directory every user can write, for files that
+// uid 1000 (the agent) or a container's user must read or create.
+func AgentDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "aisb-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
