@@ -39,8 +39,10 @@ install_packages() {
 	for c in slirp4netns newuidmap debootstrap dnsmasq nft ip curl tmux; do
 		command -v "$c" >/dev/null 2>&1 || need+=("$c")
 	done
-	if [ "$(podman_major)" != 5 ] || ! command -v pasta >/dev/null 2>&1 || [ ${#need[@]} -gt 0 ]; then
-		log "installing packages (missing: ${need[*]:-} podman5/pasta)"
+	[ "$(podman_major)" = 5 ] || need+=("podman 5")
+	command -v pasta >/dev/null 2>&1 || need+=(pasta)
+	if [ ${#need[@]} -gt 0 ]; then
+		log "installing packages (missing: ${need[*]})"
 		if [ ! -f /etc/apt/sources.list.d/aisb-trixie.sources ]; then
 			cat >/etc/apt/sources.list.d/aisb-trixie.sources <<SRC
 Types: deb
