@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 
 	"github.com/containers/buildah/define"
 	"github.com/containers/podman/v5/pkg/bindings/images"
@@ -86,10 +87,21 @@ func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool,
 		return "", false, err
 	}
 	tag = s.Tag(baseID)
-	if ok, err := images.Exists(c.Ctx, tag, nil); err != nil {
-		return "", false, fmt.Errorf("look up image %s: %w", tag, err)
-	} else if ok {
-		return tag, false, nil
+	exists := func() (bool, error) {
+		ok, err := images.Exists(c.Ctx, tag, nil)
+		if err != nil {
+			return false, fmt.Errorf("look up image %s: %w", tag, err)
+		}
+		return ok, nil
+	}
+	if ok, err := exists(); err != nil || ok {
+		return tag, false, err
+	}
+	// Sessions started together build once: the others wait, then find it.
+	unlock := lock(s.Name)
+	defer unlock()
+	if ok, err := exists(); err != nil || ok {
+		return tag, false, err
 	}
 	fmt.Fprintf(progress, "aisb: building %s on %s\n", tag, s.BaseImage)
 	dir, err := os.MkdirTemp("", "aisb-build-")
@@ -130,4 +142,27 @@ func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool,
 		return "", false, fmt.Errorf("build %s: %w", tag, err)
 	}
 	return tag, true, nil
+}
+
+// lock takes an exclusive lock per image name in the user's runtime
+// directory, so concurrent sessions do not build the same image side by side.
+// Where no lock can be had, building anyway is still correct, only slower.
+func lock(name string) (unlock func()) {
+	dir := os.Getenv("XDG_RUNTIME_DIR")
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "aisb")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return func() {}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "build-"+name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return func() {}
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return func() {}
+	}
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }
 }
