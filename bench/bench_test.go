@@ -103,18 +103,32 @@ func podmanCLI(args ...string) func() error {
 	}
 }
 
-// sandboxImage makes sure the shell harness's image exists and returns it.
-func sandboxImage(b *testing.B, uri string) string {
+// connect drives the test user's Podman service through the bindings.
+func connect(b *testing.B, uri string) *engine.Conn {
 	b.Helper()
 	b.Setenv("CONTAINER_HOST", uri)
 	c, err := engine.Connect(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// shellImage is the spec of the shell harness's sandbox image.
+func shellImage(b *testing.B) image.Spec {
 	shell, _ := harness.Lookup("shell")
-	ep, _ := os.ReadFile(testhost.Binary(b, "cmd/aisb-entrypoint"))
-	tag, _, err := image.Ensure(c, session.ImageSpec(testhost.BaseImage, shell, ep), os.Stderr)
+	ep, err := os.ReadFile(testhost.Binary(b, "cmd/aisb-entrypoint"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return session.ImageSpec(testhost.BaseImage, shell, ep)
+}
+
+// sandboxImage makes sure the shell harness's image exists and returns it.
+func sandboxImage(b *testing.B, uri string) string {
+	b.Helper()
+	tag, _, err := image.Ensure(connect(b, uri), shellImage(b), os.Stderr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -223,13 +237,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 // BenchmarkGateMemory: squid's resident memory after 1,000 requests.
 func BenchmarkGateMemory(b *testing.B) {
-	uri := testhost.Service(b)
-	b.Setenv("CONTAINER_HOST", uri)
-	c, err := engine.Connect(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := connect(b, testhost.Service(b))
 	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), os.Stderr)
 	if err != nil {
 		b.Fatal(err)
@@ -277,18 +285,11 @@ func BenchmarkGateMemory(b *testing.B) {
 func BenchmarkRebuildCheck(b *testing.B) {
 	uri := testhost.Service(b)
 	img := sandboxImage(b, uri)
-	b.Setenv("CONTAINER_HOST", uri)
-	c, err := engine.Connect(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	shell, _ := harness.Lookup("shell")
-	ep, _ := os.ReadFile(testhost.Binary(b, "cmd/aisb-entrypoint"))
+	c, spec := connect(b, uri), shellImage(b)
 	var times []time.Duration
 	for i := 0; i < 3*runs; i++ {
 		times = append(times, timeIt(b, func() error {
-			tag, built, err := image.Ensure(c, session.ImageSpec(testhost.BaseImage, shell, ep), os.Stderr)
+			tag, built, err := image.Ensure(c, spec, os.Stderr)
 			if err == nil && (built || tag != img) {
 				err = fmt.Errorf("rebuilt %s although nothing changed", tag)
 			}

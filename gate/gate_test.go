@@ -140,20 +140,6 @@ func connectTo(t *testing.T, gateAddr, target string) int {
 	return code
 }
 
-// serveHTTP listens on addr:80 with a marker reply until the test ends: the
-// host's own loopback and its own address get a service, so that a gate that
-// failed to refuse them would visibly reach something.
-func serveHTTP(t *testing.T, addr string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "80"))
-	if err != nil {
-		t.Fatalf("listen on %s:80 for the control: %v", addr, err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "host service\n") })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-}
-
 // direct fetches http://addr/ without the gate: the control for a refusal.
 func direct(t *testing.T, addr string) {
 	t.Helper()
@@ -189,8 +175,8 @@ func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts [
 // and every decision must appear in the access log with its rule.
 func TestGate(t *testing.T) {
 	c, img := connect(t)
-	serveHTTP(t, "127.0.0.1")
-	serveHTTP(t, testhost.HostSelf)
+	testhost.ServeHTTP80(t, "127.0.0.1")
+	testhost.ServeHTTP80(t, testhost.HostSelf)
 	for _, a := range append(slices.Collect(mapsValues(testhost.Internal)), testhost.UpstreamAddr, "127.0.0.1", testhost.HostSelf) {
 		direct(t, a)
 	}

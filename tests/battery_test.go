@@ -2,8 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,21 +28,10 @@ type battery struct {
 	pasta   bool   // only under pasta (slirp4netns has no IPv6 by default)
 }
 
-func serveLoopback80(t *testing.T, addr string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "80"))
-	if err != nil {
-		t.Fatalf("listen %s:80 for the controls: %v", addr, err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "host service") })}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-}
-
 func TestEscapeBattery(t *testing.T) {
 	base := testBaseImage(t)
-	serveLoopback80(t, "127.0.0.1")
-	serveLoopback80(t, testhost.HostSelf)
+	testhost.ServeHTTP80(t, "127.0.0.1")
+	testhost.ServeHTTP80(t, testhost.HostSelf)
 	hostPort := listenLoopback(t, "opened host port")
 	otherPort := listenLoopback(t, "other host service")
 	up, up6 := testhost.UpstreamAddr, testhost.Upstream6

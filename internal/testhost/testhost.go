@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -328,4 +330,18 @@ func AgentDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// ServeHTTP80 serves a marker page on addr:80 until the test ends. The
+// host's own loopback and its own address get a service this way, so a
+// refusal test has a control: a gate that failed would visibly reach it.
+func ServeHTTP80(t testing.TB, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "80"))
+	if err != nil {
+		t.Fatalf("listen on %s:80 for a control: %v", addr, err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "host service") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
 }
