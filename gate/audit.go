@@ -70,6 +70,9 @@ func ParseLine(line string) (Event, error) {
 		Host:    strings.Join(f[5:n-4], " "),
 		Rule:    f[n-1],
 	}
+	// Whatever a client managed to put into a field reaches the user's
+	// terminal through aisb audit: keep printable ASCII only.
+	e.Host, e.Method, e.Session, e.Client, e.Rule = printable(e.Host), printable(e.Method), printable(e.Session), printable(e.Client), printable(e.Rule)
 	e.Port, _ = strconv.Atoi(f[n-4])   // "-" when squid had no port
 	e.Status, _ = strconv.Atoi(f[n-3]) // "-" or 0 when no reply was sent
 	e.Bytes, _ = strconv.ParseInt(f[n-2], 10, 64)
@@ -167,4 +170,15 @@ func Advice(e Event) string {
 	default:
 		return "the gate could not read or finish this request (malformed, or the client left during the check)"
 	}
+}
+
+// printable replaces every byte outside printable ASCII with '?'.
+func printable(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }

@@ -96,6 +96,10 @@ func TestParseLine(t *testing.T) {
 			t.Errorf("ParseLine(%q) accepted", bad)
 		}
 	}
+	e, err = ParseLine("aisb1 1764415320.123 sess 127.0.0.1 GET evil\x1b]0;pwned\x07.test 80 403 10 not_listed")
+	if err != nil || e.Host != "evil?]0;pwned?.test" {
+		t.Errorf("control bytes reach the terminal: %q %v", e.Host, err)
+	}
 	if e := eventFor("garbage", "s"); e.Event != EventBlocked || e.Rule != RuleMalformed {
 		t.Errorf("malformed line: %+v", e)
 	}
@@ -115,6 +119,13 @@ func FuzzParseLine(f *testing.F) {
 		}
 		if (e.Event == EventAllowed) != (e.Rule == RuleAllowed) {
 			t.Fatalf("event %q with rule %q", e.Event, e.Rule)
+		}
+		for _, field := range []string{e.Host, e.Method, e.Session, e.Client, e.Rule} {
+			for _, c := range []byte(field) {
+				if c < 0x20 || c > 0x7e {
+					t.Fatalf("unprintable byte %#x in %q", c, field)
+				}
+			}
 		}
 		_ = Advice(e)
 	})

@@ -235,7 +235,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	var hostAdd []string
 	switch mode {
 	case ruleset.ModeAllow:
-		port, stopGate, err := openGate(ctx, c, o, cfg, id, dir, owner, allowlist)
+		// The gate parses untrusted traffic: it gets a directory of its own,
+		// never the one holding the sandbox's policy.
+		port, stopGate, err := openGate(ctx, c, o, cfg, id, filepath.Join(dir, "gate"), owner, allowlist)
 		if err != nil {
 			return 0, err
 		}
