@@ -10,6 +10,8 @@ import (
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
+// dnsConfig is a user config whose [network] resolves through the test
+// upstream; more [network] keys may be appended.
 func dnsConfig() string {
 	return "version = 1\n[network]\ndns = [\"" + testhost.UpstreamAddr + "\"]\n"
 }
@@ -143,5 +145,24 @@ func TestExitStatus(t *testing.T) {
 	}
 	if r := a.run(t, "run", "--harness", "shell", "--", "no-such-command"); r.Code != 127 || !strings.Contains(r.Stderr, "exec no-such-command") {
 		t.Errorf("missing command: %s", r)
+	}
+}
+
+// TestProjectFileNarrowsUntilTrusted: a repository's .aisb.toml cannot add a
+// host to the sandbox's reach until the user trusts its exact content.
+func TestProjectFileNarrowsUntilTrusted(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig()+"allowed_hosts = [\"allowed.test\"]\n")
+	writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"other.test\"]\n")
+	probe := "probe http-proxy \"$HTTP_PROXY\" http://other.test/; echo other=$?; probe http-proxy \"$HTTP_PROXY\" http://allowed.test/; echo allowed=$?"
+	r := a.run(t, "run", "--harness", "shell", "--", "sh", "-c", probe)
+	if !strings.Contains(r.Stderr, `"other.test" ignored`) || !strings.Contains(r.Stdout, "other=1") || !strings.Contains(r.Stdout, "allowed=0") {
+		t.Errorf("untrusted project file: %s", r)
+	}
+	if r := a.run(t, "trust"); r.Code != 0 {
+		t.Fatalf("trust: %s", r)
+	}
+	r = a.run(t, "run", "--harness", "shell", "--", "sh", "-c", probe)
+	if strings.Contains(r.Stderr, "ignored") || !strings.Contains(r.Stdout, "other=0") {
+		t.Errorf("trusted project file: %s", r)
 	}
 }
