@@ -302,6 +302,25 @@ func TestListedAddress(t *testing.T) {
 	}
 }
 
+// TestListedNetwork: a listed IPv4 network admits literals inside it only.
+func TestListedNetwork(t *testing.T) {
+	c, img := connect(t)
+	direct(t, testhost.UpstreamAddr)
+	g := startGate(t, c, img, "gate-net", allowlist(t, "198.51.100.8/29"))
+	for _, r := range []struct {
+		url    string
+		status int
+	}{
+		{"http://" + testhost.UpstreamAddr + "/", 200},
+		{"http://198.51.100.20/", 403},
+		{"http://allowed.test/", 403},
+	} {
+		if got := get(t, g.Addr(), r.url, "x"); got != r.status {
+			t.Errorf("%s: %d, want %d", r.url, got, r.status)
+		}
+	}
+}
+
 type bufConn struct {
 	net.Conn
 	r *bufio.Reader

@@ -85,7 +85,7 @@ func Render(c Config) (string, error) {
 		if again, err := policy.ParseHost(h.String()); err != nil || again != h {
 			return "", fmt.Errorf("render gate config: allowlist entry %q did not come from the validator", h.String())
 		}
-		if h.IsAddr() {
+		if h.IsAddr() || h.IsNet() {
 			addrs = append(addrs, h.String())
 		} else {
 			names = append(names, h.String())

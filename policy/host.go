@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -51,17 +52,24 @@ func (e *EntryError) Error() string {
 
 func (e *EntryError) Unwrap() error { return e.Kind }
 
-// Host is one validated allowlist entry. Exactly one of Name and Addr is set.
+// Host is one validated allowlist entry. Exactly one of Name, Addr and Net is set.
 type Host struct {
-	Name   string     // lower-case host name without the leading dot
-	Domain bool       // written with a leading dot: the name and all its subdomains
-	Addr   netip.Addr // a literally permitted IPv4 address
+	Name   string       // lower-case host name without the leading dot
+	Domain bool         // written with a leading dot: the name and all its subdomains
+	Addr   netip.Addr   // a literally permitted IPv4 address
+	Net    netip.Prefix // a literally permitted IPv4 network (no-gate mode's CIDR entries)
 }
+
+// MinNetBits is the widest network an entry may name.
+const MinNetBits = 8
 
 // String renders the entry exactly as it was written (and accepted).
 func (h Host) String() string {
 	if h.Addr.IsValid() {
 		return h.Addr.String()
+	}
+	if h.Net.IsValid() {
+		return h.Net.String()
 	}
 	if h.Domain {
 		return "." + h.Name
@@ -72,9 +80,17 @@ func (h Host) String() string {
 // IsAddr reports whether the entry is an IPv4 address rather than a name.
 func (h Host) IsAddr() bool { return h.Addr.IsValid() }
 
+// IsNet reports whether the entry is an IPv4 network.
+func (h Host) IsNet() bool { return h.Net.IsValid() }
+
 // Covers reports whether h admits every request that other admits.
 func (h Host) Covers(other Host) bool {
-	if h.IsAddr() || other.IsAddr() {
+	switch {
+	case h.IsNet() && other.IsAddr():
+		return h.Net.Contains(other.Addr)
+	case h.IsNet() && other.IsNet():
+		return h.Net.Bits() <= other.Net.Bits() && h.Net.Contains(other.Net.Addr())
+	case h.IsAddr() || other.IsAddr() || h.IsNet() || other.IsNet():
 		return h == other
 	}
 	if !h.Domain {
@@ -88,6 +104,10 @@ func (h Host) Covers(other Host) bool {
 func (h Host) Matches(name string) bool {
 	if h.IsAddr() {
 		return name == h.Addr.String()
+	}
+	if h.IsNet() {
+		a, err := netip.ParseAddr(name)
+		return err == nil && a.String() == name && h.Net.Contains(a)
 	}
 	if h.Domain {
 		return name == h.Name || strings.HasSuffix(name, "."+h.Name)
@@ -130,6 +150,9 @@ func parseHost(s string) (Host, *EntryError) {
 	if strings.Contains(s, "[") || strings.Count(s, ":") >= 2 {
 		return Host{}, refuse(ErrIPv6, "IPv6 literals are not allowed", "the sandbox has no IPv6; list the host name instead")
 	}
+	if cidrShape.MatchString(s) {
+		return parseNet(s)
+	}
 	if i := strings.IndexAny(s, "/?#"); i >= 0 {
 		return Host{}, refuse(ErrPath, "a path or query is not allowed", fmt.Sprintf("write the host name alone, such as %q; the gate admits whole hosts", hostPart(s)))
 	}
@@ -155,6 +178,26 @@ func parseHost(s string) (Host, *EntryError) {
 		return h, err
 	}
 	return parseName(s)
+}
+
+var cidrShape = regexp.MustCompile(`^[0-9]+(\.[0-9]+){3}/[0-9]+$`)
+
+// parseNet reads an IPv4 network in CIDR form; it must be written masked,
+// no wider than /8, and not as a single address.
+func parseNet(s string) (Host, *EntryError) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil || !p.Addr().Is4() {
+		return Host{}, refuse(ErrIPv4Form, "not an IPv4 network", "write a network such as \"192.0.2.0/24\" (four decimal numbers without leading zeros, then /8 to /31)")
+	}
+	switch {
+	case p.Bits() == 32:
+		return Host{}, refuse(ErrIPv4Form, "a /32 network is one address", fmt.Sprintf("write %q", p.Addr()))
+	case p.Bits() < MinNetBits:
+		return Host{}, refuse(ErrIPv4Form, fmt.Sprintf("a /%d network is wider than /%d", p.Bits(), MinNetBits), "list the hosts or narrower networks you mean")
+	case p.Masked() != p:
+		return Host{}, refuse(ErrIPv4Form, "host bits are set in the network", fmt.Sprintf("write %q", p.Masked()))
+	}
+	return Host{Net: p}, nil
 }
 
 // hostPart cuts a URL-ish string down to its host, for the fix in a message.

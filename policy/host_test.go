@@ -16,6 +16,8 @@ func TestParseHostAccepts(t *testing.T) {
 		"1password.com",
 		"192.0.2.10",
 		"10.0.0.1", // refused at run time by the gate, but a valid entry
+		"192.0.2.0/24",
+		"198.51.100.8/29",
 		strings.Repeat("a", 63) + ".example",
 	} {
 		h, err := ParseHost(s)
@@ -71,6 +73,13 @@ func TestParseHostRefuses(t *testing.T) {
 		{"a-.example", ErrSyntax, "hyphen"},
 		{"under_score.example", ErrSyntax, "'_'"},
 		{strings.Repeat("a", 64) + ".example", ErrSyntax, "longer than 63"},
+		{"192.0.2.1/24", ErrIPv4Form, `write "192.0.2.0/24"`},
+		{"192.0.2.7/32", ErrIPv4Form, `write "192.0.2.7"`},
+		{"0.0.0.0/0", ErrIPv4Form, "wider than /8"},
+		{"10.0.0.0/7", ErrIPv4Form, "wider than /8"},
+		{"192.0.2.0/33", ErrIPv4Form, "not an IPv4 network"},
+		{"010.0.0.0/8", ErrIPv4Form, "not an IPv4 network"},
+		{"example.com/24", ErrPath, "path"},
 		{strings.Repeat("abcdefghi.", 26) + "example", ErrSyntax, "more than 253"},
 	}
 	for _, tt := range tests {
@@ -102,6 +111,9 @@ func TestParseAllowlist(t *testing.T) {
 		{"apex covered", []string{"example.com", ".example.com"}, []string{".example.com"}, map[int]error{0: ErrCovered}},
 		{"nested domains", []string{".example.com", ".a.example.com"}, []string{".example.com"}, map[int]error{1: ErrCovered}},
 		{"suffix is not a subdomain", []string{".example.com", "badexample.com"}, []string{".example.com", "badexample.com"}, nil},
+		{"address in a network", []string{"192.0.2.0/24", "192.0.2.9"}, []string{"192.0.2.0/24"}, map[int]error{1: ErrCovered}},
+		{"network in a network", []string{"192.0.2.0/26", "192.0.2.0/24"}, []string{"192.0.2.0/24"}, map[int]error{0: ErrCovered}},
+		{"disjoint networks", []string{"192.0.2.0/25", "192.0.2.128/25"}, []string{"192.0.2.0/25", "192.0.2.128/25"}, nil},
 		{"bad entry keeps index", []string{"ok.example", "*.x.example", "Bad.example"}, []string{"ok.example"}, map[int]error{1: ErrWildcard, 2: ErrUppercase}},
 	}
 	for _, tt := range tests {
@@ -151,7 +163,7 @@ func TestMatches(t *testing.T) {
 // unchanged and re-parses to the same Host, and nothing it accepts can carry a
 // character that means something in squid.conf or nft syntax.
 func FuzzParseHost(f *testing.F) {
-	for _, s := range []string{"example.com", ".example.com", "192.0.2.1", "0x7f.1", "a\nb", "[::1]", "ü.example", "*.x", "a:1"} {
+	for _, s := range []string{"example.com", ".example.com", "192.0.2.1", "0x7f.1", "a\nb", "[::1]", "ü.example", "*.x", "a:1", "192.0.2.0/24", "1.2.3.4/5"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -170,7 +182,7 @@ func FuzzParseHost(f *testing.F) {
 			t.Fatalf("re-parse of %q: %v, %v", s, again, err)
 		}
 		for _, c := range s {
-			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '/' && h.IsNet()) {
 				t.Fatalf("accepted %q with character %q", s, c)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 
 	"github.com/google/nftables"
@@ -52,20 +53,37 @@ func (r Rule) Exprs() []expr.Any {
 			accept,
 		}
 	default:
-		addr := r.To.Addr.As4()
 		port := make([]byte, 2)
 		binary.BigEndian.PutUint16(port, r.To.Port)
-		return []expr.Any{
+		var daddr []expr.Any
+		if r.Kind == TCPTo {
+			addr := r.To.Addr.As4()
+			daddr = []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
+			}
+		} else {
+			// ip daddr NET: mask the destination, then compare with the network.
+			network := r.Net.Addr().As4()
+			mask := net.CIDRMask(r.Net.Bits(), 32)
+			daddr = []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: network[:]},
+			}
+		}
+		exprs := []expr.Any{
 			&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
+		}
+		exprs = append(exprs, daddr...)
+		return append(exprs,
 			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port},
 			accept,
-		}
+		)
 	}
 }
 

@@ -44,8 +44,9 @@ type Policy struct {
 	// HostPorts are host-loopback ports the user opened, on the mapped host address.
 	HostPorts []Endpoint `json:"host_ports,omitempty"`
 	// Pinned are the addresses allowed names resolved to at start (no-gate mode),
-	// admitted on TCP 80 and 443.
-	Pinned []netip.Addr `json:"pinned,omitempty"`
+	// admitted on TCP 80 and 443; PinnedNets are the IPv4 networks listed, the same.
+	Pinned     []netip.Addr   `json:"pinned,omitempty"`
+	PinnedNets []netip.Prefix `json:"pinned_nets,omitempty"`
 }
 
 // ErrPolicy is wrapped by every policy validation error.
@@ -94,7 +95,7 @@ func (p Policy) Validate() error {
 		if err := checkEndpoint("gate", *p.Gate); err != nil {
 			return err
 		}
-		if len(p.Pinned) > 0 {
+		if len(p.Pinned) > 0 || len(p.PinnedNets) > 0 {
 			return policyErr("pinned addresses belong to no-gate mode")
 		}
 	case ModeNoGate:
@@ -106,8 +107,13 @@ func (p Policy) Validate() error {
 				return err
 			}
 		}
+		for _, n := range p.PinnedNets {
+			if !n.IsValid() || !n.Addr().Is4() || n.Bits() < 8 || n.Masked() != n {
+				return policyErr("pinned network %s: need a masked IPv4 network of /8 or narrower", n)
+			}
+		}
 	case ModeNone, ModeOpen:
-		if p.Gate != nil || len(p.Pinned) > 0 || len(p.HostPorts) > 0 {
+		if p.Gate != nil || len(p.Pinned) > 0 || len(p.PinnedNets) > 0 || len(p.HostPorts) > 0 {
 			return policyErr("%s mode admits no destinations", p.Mode)
 		}
 	default:
@@ -128,12 +134,14 @@ const (
 	Loopback    Kind = iota // every packet out of lo
 	Established             // replies and related packets of accepted flows
 	TCPTo                   // new TCP connections to one address and port
+	TCPToNet                // new TCP connections to one network and port
 )
 
 // Rule is one accept rule of the output chain.
 type Rule struct {
 	Kind Kind
-	To   Endpoint // for TCPTo
+	To   Endpoint     // for TCPTo; for TCPToNet, the port
+	Net  netip.Prefix // for TCPToNet
 }
 
 // Ruleset is the whole table: one output base chain, policy drop, and the
@@ -168,6 +176,11 @@ func Build(p Policy) (*Ruleset, error) {
 		add(Endpoint{Addr: a, Port: 80})
 		add(Endpoint{Addr: a, Port: 443})
 	}
+	for _, n := range p.PinnedNets {
+		for _, port := range []uint16{80, 443} {
+			rs.Rules = append(rs.Rules, Rule{Kind: TCPToNet, Net: n, To: Endpoint{Port: port}})
+		}
+	}
 	for _, e := range p.HostPorts {
 		add(e)
 	}
@@ -194,6 +207,8 @@ func (r Rule) text() string {
 		return `oif "lo" accept`
 	case Established:
 		return "ct state established,related accept"
+	case TCPToNet:
+		return fmt.Sprintf("ip daddr %s tcp dport %d accept", r.Net, r.To.Port)
 	default:
 		return fmt.Sprintf("ip daddr %s tcp dport %d accept", r.To.Addr, r.To.Port)
 	}

@@ -30,7 +30,8 @@ var goldenPolicies = map[string]Policy{
 	"hostports": {Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
 	"slirp":     {Version: 1, Mode: ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
 	"none":      {Version: 1, Mode: ModeNone},
-	"nogate":    {Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")}},
+	"nogate": {Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")},
+		PinnedNets: []netip.Prefix{netip.MustParsePrefix("198.51.100.128/25"), netip.MustParsePrefix("192.0.2.0/24")}},
 }
 
 func TestGolden(t *testing.T) {
@@ -74,6 +75,10 @@ func TestBuild(t *testing.T) {
 		{"none with ports", Policy{Version: 1, Mode: ModeNone, HostPorts: []Endpoint{ep("100.64.0.1:1")}}, nil, ErrPolicy},
 		{"pinned in allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, nil, ErrPolicy},
 		{"ipv6 pinned", Policy{Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("2001:db8::1")}}, nil, ErrPolicy},
+		{"pinned net", Policy{Version: 1, Mode: ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, []string{"ip daddr 192.0.2.0/24 tcp dport 80 accept", "ip daddr 192.0.2.0/24 tcp dport 443 accept"}, nil},
+		{"unmasked net", Policy{Version: 1, Mode: ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}}, nil, ErrPolicy},
+		{"too wide net", Policy{Version: 1, Mode: ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}, nil, ErrPolicy},
+		{"net in allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, nil, ErrPolicy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

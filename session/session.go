@@ -251,11 +251,11 @@ func Run(ctx context.Context, o Options) (int, error) {
 		env["NO_PROXY"], env["no_proxy"] = "localhost,127.0.0.1,::1", "localhost,127.0.0.1,::1"
 		env["NODE_USE_ENV_PROXY"] = "1"
 	case ruleset.ModeNoGate:
-		pins, addrs, err := pin(ctx, resolver(cfg.Network.DNS), allowlist, o.Stderr)
+		pins, addrs, nets, err := pin(ctx, resolver(cfg.Network.DNS), allowlist, o.Stderr)
 		if err != nil {
 			return 0, err
 		}
-		hostAdd, p.Pinned = pins, addrs
+		hostAdd, p.Pinned, p.PinnedNets = pins, addrs, nets
 	case ruleset.ModeOpen:
 		fmt.Fprintln(o.Stderr, "aisb: WARNING: network mode open: the sandbox can reach anything this host can, unfiltered and unaudited")
 	}
@@ -371,10 +371,10 @@ func withHarnessHosts(list []policy.Host, h harness.Preset) []policy.Host {
 
 // pin resolves each allowed name once, on the host, for no-gate mode. An
 // internal address is never pinned; a name with nothing left is an error.
-func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Writer) (hostAdd []string, addrs []netip.Addr, err error) {
+func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Writer) (hostAdd []string, addrs []netip.Addr, nets []netip.Prefix, err error) {
 	hostAddrs, err := gate.HostAddrs()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	internal := func(a netip.Addr) bool {
 		a = a.Unmap()
@@ -391,9 +391,23 @@ func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Wri
 		}
 	}
 	for _, h := range list {
+		if h.IsNet() {
+			for _, p := range gate.InternalRanges {
+				if p.Overlaps(h.Net) {
+					return nil, nil, nil, fmt.Errorf("no-gate: %s overlaps the internal range %s; it is never admitted", h.Net, p)
+				}
+			}
+			for _, a := range hostAddrs {
+				if h.Net.Contains(a) {
+					return nil, nil, nil, fmt.Errorf("no-gate: %s holds this host's own address %s; it is never admitted", h.Net, a)
+				}
+			}
+			nets = append(nets, h.Net)
+			continue
+		}
 		if h.IsAddr() {
 			if internal(h.Addr) {
-				return nil, nil, fmt.Errorf("no-gate: %s is an internal address; it is never admitted", h.Addr)
+				return nil, nil, nil, fmt.Errorf("no-gate: %s is an internal address; it is never admitted", h.Addr)
 			}
 			add(h.Addr)
 			continue
@@ -405,7 +419,7 @@ func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Wri
 		ips, err := r.LookupNetIP(rctx, "ip4", h.Name)
 		cancel()
 		if err != nil {
-			return nil, nil, fmt.Errorf("no-gate: resolve %s: %w", h.Name, err)
+			return nil, nil, nil, fmt.Errorf("no-gate: resolve %s: %w", h.Name, err)
 		}
 		kept := 0
 		for _, a := range ips {
@@ -419,10 +433,10 @@ func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Wri
 			kept++
 		}
 		if kept == 0 {
-			return nil, nil, fmt.Errorf("no-gate: %s has no address that may be admitted", h.Name)
+			return nil, nil, nil, fmt.Errorf("no-gate: %s has no address that may be admitted", h.Name)
 		}
 	}
-	return hostAdd, addrs, nil
+	return hostAdd, addrs, nets, nil
 }
 
 // resolver is the host's resolver, or network.dns's first reachable one:

@@ -56,6 +56,18 @@ func TestNoGate(t *testing.T) {
 			t.Errorf("no-gate: want %q in\n%s", strings.TrimSpace(want), r)
 		}
 	}
+	// A listed IPv4 network: its addresses on 80 and 443, nothing else.
+	r = a.run(t, "run", "--net", "no-gate", "--allow", "198.51.100.8/29", "--harness", "shell", "--", "sh", "-c",
+		"probe http http://"+up+"/; echo http=$?; probe tcp "+up+":22; echo ssh=$?")
+	if !strings.Contains(r.Stdout, "http=0") || !strings.Contains(r.Stdout, "ssh=1") {
+		t.Errorf("no-gate with a network: %s", r)
+	}
+	// A network holding the host's own address, or internal, is refused.
+	for _, n := range []string{"198.51.100.0/24", "10.255.77.0/24"} {
+		if r := a.run(t, "run", "--net", "no-gate", "--allow", n, "--harness", "shell", "--", "true"); r.Code == 0 || !strings.Contains(r.Stderr, "never admitted") {
+			t.Errorf("no-gate with %s: %s", n, r)
+		}
+	}
 	// A listed name that resolves only to an internal address is never pinned.
 	plainControl(t, base, "tcp", testhost.Internal["private"]+":80")
 	r = a.run(t, "run", "--net", "no-gate", "--allow", "private.test", "--harness", "shell", "--", "true")
