@@ -116,24 +116,32 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
+// installed applies rs in a fresh namespace and checks that Verify accepts
+// it there: the control every kernel test starts from.
+func installed(t *testing.T, rs *Ruleset) (*netnstest.NS, *nftables.Conn) {
+	t.Helper()
+	ns := netnstest.New(t)
+	c, err := nftables.New(nftables.WithNetNSFd(ns.FD))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Apply(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Verify(c); err != nil {
+		t.Fatalf("verify right after apply: %v", err)
+	}
+	return ns, c
+}
+
 // TestKernel installs each golden ruleset in a fresh network namespace, has nft
 // list it back after the kernel normalised it, and compares with the golden
 // file; then it tampers with the table and checks that Verify notices.
 func TestKernel(t *testing.T) {
 	for name, p := range goldenPolicies {
 		t.Run(name, func(t *testing.T) {
-			ns := netnstest.New(t)
 			rs, _ := Build(p)
-			c, err := nftables.New(nftables.WithNetNSFd(ns.FD))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.Apply(c); err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.Verify(c); err != nil {
-				t.Fatalf("verify right after apply: %v", err)
-			}
+			ns, _ := installed(t, rs)
 			listed := ns.MustRun(t, "nft", "list", "ruleset")
 			want, _ := os.ReadFile(filepath.Join("testdata", name+".nft"))
 			if listed != string(want) {
@@ -159,17 +167,7 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		{"priority moved", "delete table inet aisb; add table inet aisb; add chain inet aisb output { type filter hook output priority 10; policy drop; }"},
 	} {
 		t.Run(tamper.name, func(t *testing.T) {
-			ns := netnstest.New(t)
-			c, err := nftables.New(nftables.WithNetNSFd(ns.FD))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.Apply(c); err != nil {
-				t.Fatal(err)
-			}
-			if err := rs.Verify(c); err != nil {
-				t.Fatalf("control: verify before tampering: %v", err)
-			}
+			ns, c := installed(t, rs)
 			if out, err := ns.Command("nft", tamper.nft).CombinedOutput(); err != nil {
 				t.Fatalf("tamper: %v %s", err, out)
 			}
