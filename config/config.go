@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 
@@ -57,6 +58,18 @@ type Network struct {
 	AllowedHosts []string `toml:"allowed_hosts"`
 	HostPorts    []int    `toml:"host_ports"`
 	DNS          []string `toml:"dns"`
+}
+
+// Resolvers are network.dns as addresses. Every entry was checked by
+// checkDNS, so none fails to parse.
+func (n Network) Resolvers() []netip.Addr {
+	var out []netip.Addr
+	for _, s := range n.DNS {
+		if a, err := netip.ParseAddr(s); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Env says which environment variables enter the sandbox.

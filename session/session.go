@@ -251,7 +251,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		env["NO_PROXY"], env["no_proxy"] = "localhost,127.0.0.1,::1", "localhost,127.0.0.1,::1"
 		env["NODE_USE_ENV_PROXY"] = "1"
 	case ruleset.ModeNoGate:
-		pins, addrs, nets, err := pin(ctx, resolver(cfg.Network.DNS), allowlist, o.Stderr)
+		pins, addrs, nets, err := pin(ctx, resolver(cfg.Network.Resolvers()), allowlist, o.Stderr)
 		if err != nil {
 			return 0, err
 		}
@@ -278,7 +278,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 	code, err := sandbox.Run(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
-		Mode: mode, Helper: helper, PolicyFile: policyFile, Env: env, HostAdd: hostAdd, DNS: dnsIPs(cfg.Network.DNS),
+		Mode: mode, Helper: helper, PolicyFile: policyFile, Env: env, HostAdd: hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
 		Owner: owner, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
@@ -316,11 +316,7 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, cfg config.Config,
 	if err != nil {
 		return 0, nil, err
 	}
-	var dns []netip.Addr
-	for _, s := range cfg.Network.DNS {
-		dns = append(dns, netip.MustParseAddr(s))
-	}
-	g, err := gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: allowlist, DNS: dns, Owner: owner})
+	g, err := gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: allowlist, DNS: cfg.Network.Resolvers(), Owner: owner})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -441,7 +437,7 @@ func pin(ctx context.Context, r *net.Resolver, list []policy.Host, stderr io.Wri
 
 // resolver is the host's resolver, or network.dns's first reachable one:
 // no-gate mode resolves allowed names where the gate would have.
-func resolver(servers []string) *net.Resolver {
+func resolver(servers []netip.Addr) *net.Resolver {
 	if len(servers) == 0 {
 		return net.DefaultResolver
 	}
@@ -450,7 +446,7 @@ func resolver(servers []string) *net.Resolver {
 		var err error
 		for _, s := range servers {
 			var c net.Conn
-			if c, err = d.DialContext(ctx, network, net.JoinHostPort(s, "53")); err == nil {
+			if c, err = d.DialContext(ctx, network, netip.AddrPortFrom(s, 53).String()); err == nil {
 				return c, nil
 			}
 		}
@@ -458,10 +454,10 @@ func resolver(servers []string) *net.Resolver {
 	}}
 }
 
-func dnsIPs(servers []string) []net.IP {
+func dnsIPs(servers []netip.Addr) []net.IP {
 	var ips []net.IP
-	for _, s := range servers {
-		ips = append(ips, net.ParseIP(s))
+	for _, a := range servers {
+		ips = append(ips, net.IP(a.AsSlice()))
 	}
 	return ips
 }

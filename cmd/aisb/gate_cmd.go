@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -103,15 +102,11 @@ func gateUp(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var dns []netip.Addr
-	for _, s := range r.Config.Network.DNS {
-		dns = append(dns, netip.MustParseAddr(s))
-	}
 	if _, err := gate.Find(conn, name, gdir); err == nil {
 		return fmt.Errorf("gate up: %s is already running; aisb gate down %s first", name, name)
 	}
 	engine.Remove(conn, gate.ContainerName(name))
-	g, err := gate.Start(conn, gate.Options{Session: name, Dir: gdir, Image: img, Allowlist: r.Allowlist, DNS: dns})
+	g, err := gate.Start(conn, gate.Options{Session: name, Dir: gdir, Image: img, Allowlist: r.Allowlist, DNS: r.Config.Network.Resolvers()})
 	if err != nil {
 		return err
 	}
