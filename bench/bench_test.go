@@ -20,25 +20,19 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
+	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/internal/netnstest"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/policy"
-	"github.com/aisb-dev/aisb/session"
+	"github.com/aisb-dev/aisb/sandbox"
 )
 
 const runs = 7 // every figure is a median of this many runs
 
 var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testhost.Cleanup()
-	os.Exit(code)
-}
 
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
@@ -106,8 +100,8 @@ func podmanCLI(args ...string) func() error {
 // connect drives the test user's Podman service through the bindings.
 func connect(b *testing.B, uri string) *engine.Conn {
 	b.Helper()
-	b.Setenv("CONTAINER_HOST", uri)
-	c, err := engine.Connect(context.Background())
+	b.Setenv("CONTAINER_HOST", uri) // for the aisb commands the benchmarks run
+	c, err := engine.Connect(context.Background(), engine.Where{URI: uri})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,13 +116,13 @@ func shellImage(b *testing.B) image.Spec {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return session.ImageSpec(testhost.BaseImage, shell, ep)
+	return sandbox.ImageSpec(testhost.BaseImage, shell, ep)
 }
 
 // sandboxImage makes sure the shell harness's image exists and returns it.
 func sandboxImage(b *testing.B, uri string) string {
 	b.Helper()
-	tag, _, err := image.Ensure(connect(b, uri), shellImage(b), os.Stderr)
+	tag, _, err := image.Ensure(connect(b, uri), shellImage(b), image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -238,11 +232,11 @@ func BenchmarkThroughput(b *testing.B) {
 // BenchmarkGateMemory: squid's resident memory after 1,000 requests.
 func BenchmarkGateMemory(b *testing.B) {
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), os.Stderr)
+	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
 	if err != nil {
 		b.Fatal(err)
 	}
-	hosts, _ := policy.ParseAllowlist([]string{"allowed.test"})
+	hosts, _ := allowlist.Parse([]string{"allowed.test"})
 	g, err := gate.Start(c, gate.Options{Session: "bench-mem", Dir: testhost.UserDir(b), Image: img, Allowlist: hosts,
 		DNS: []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}})
 	if err != nil {
@@ -289,7 +283,7 @@ func BenchmarkRebuildCheck(b *testing.B) {
 	var times []time.Duration
 	for i := 0; i < 3*runs; i++ {
 		times = append(times, timeIt(b, func() error {
-			tag, built, err := image.Ensure(c, spec, os.Stderr)
+			tag, built, err := image.Ensure(c, spec, image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
 			if err == nil && (built || tag != img) {
 				err = fmt.Errorf("rebuilt %s although nothing changed", tag)
 			}

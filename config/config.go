@@ -11,6 +11,9 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/contract"
 )
 
 // Version is the only configuration format version this aisb reads.
@@ -18,30 +21,6 @@ const Version = 1
 
 // ExitConfig is the exit status for an invalid configuration (EX_CONFIG).
 const ExitConfig = 78
-
-// Mode is the sandbox's network mode.
-type Mode string
-
-// The network modes, from narrowest to widest.
-const (
-	ModeNone   Mode = "none"    // no network at all
-	ModeAllow  Mode = "allow"   // the gate, admitting allowlisted names only (default)
-	ModeNoGate Mode = "no-gate" // allowlisted names pinned at start, no proxy
-	ModeOpen   Mode = "open"    // unfiltered, only when asked
-)
-
-// Modes lists the network modes from narrowest to widest.
-var Modes = []Mode{ModeNone, ModeAllow, ModeNoGate, ModeOpen}
-
-// width orders the modes: a project file may only move to a narrower one.
-func (m Mode) width() int {
-	for i, x := range Modes {
-		if x == m {
-			return i
-		}
-	}
-	return len(Modes)
-}
 
 // Config is one configuration file, or the merge of several.
 type Config struct {
@@ -54,7 +33,10 @@ type Config struct {
 
 // Network says what the sandbox may reach.
 type Network struct {
-	Mode         Mode     `toml:"mode"`
+	Mode contract.Mode `toml:"mode"`
+	// AllowedHosts is the file's list as written; validation parses it once
+	// into File.Hosts, and from there on only typed hosts travel
+	// (Resolved.Allowlist). It is empty in a resolved configuration.
 	AllowedHosts []string `toml:"allowed_hosts"`
 	HostPorts    []int    `toml:"host_ports"`
 	DNS          []string `toml:"dns"`
@@ -100,7 +82,7 @@ const DefaultBaseImage = "docker.io/library/debian:trixie-slim"
 func Default() Config {
 	return Config{
 		Version: Version,
-		Network: Network{Mode: ModeAllow},
+		Network: Network{Mode: contract.ModeAllow},
 		Sandbox: Sandbox{Harness: "pi", BaseImage: DefaultBaseImage},
 	}
 }
@@ -140,7 +122,8 @@ type File struct {
 	Name    string // as shown in messages
 	Content []byte // the exact bytes parsed (hashed by trust)
 	Config  Config
-	defined map[string]bool // dotted keys present in the file
+	Hosts   []allowlist.Host // network.allowed_hosts, parsed
+	defined map[string]bool  // dotted keys present in the file
 }
 
 // Defines reports whether the file sets the dotted key, e.g. "network.mode".

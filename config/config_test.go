@@ -2,11 +2,15 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/contract"
 )
 
 func TestParseValid(t *testing.T) {
@@ -31,7 +35,7 @@ base_image = "localhost/aisb-base:trixie"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Config.Network.Mode != ModeAllow || len(f.Config.Network.AllowedHosts) != 3 || f.Config.Env.Set["GIT_AUTHOR_NAME"] != "agent" {
+	if f.Config.Network.Mode != contract.ModeAllow || len(f.Config.Network.AllowedHosts) != 3 || f.Config.Env.Set["GIT_AUTHOR_NAME"] != "agent" {
 		t.Errorf("decoded %+v", f.Config)
 	}
 }
@@ -119,7 +123,7 @@ func TestResolveDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := r.Config
-	if c.Network.Mode != ModeAllow || len(r.Allowlist) != 0 || len(c.Env.Pass) != 0 || len(c.Env.Set) != 0 || c.Sandbox.Harness != "pi" {
+	if c.Network.Mode != contract.ModeAllow || len(r.Allowlist) != 0 || len(c.Env.Pass) != 0 || len(c.Env.Set) != 0 || c.Sandbox.Harness != "pi" {
 		t.Errorf("defaults are not the safe ones: %+v", c)
 	}
 }
@@ -158,11 +162,11 @@ harness = "claude"
 		t.Fatal(err)
 	}
 	c := r.Config
-	if c.Network.Mode != ModeAllow {
+	if c.Network.Mode != contract.ModeAllow {
 		t.Errorf("mode widened to %q", c.Network.Mode)
 	}
-	if !slices.Equal(c.Network.AllowedHosts, []string{"api.github.com"}) {
-		t.Errorf("allowed_hosts = %q, want only the narrowed api.github.com", c.Network.AllowedHosts)
+	if fmt.Sprint(r.Allowlist) != "[api.github.com]" || len(c.Network.AllowedHosts) != 0 {
+		t.Errorf("allowlist = %v (strings %q), want only the narrowed api.github.com", r.Allowlist, c.Network.AllowedHosts)
 	}
 	if !slices.Equal(c.Network.HostPorts, []int{11434}) || !slices.Equal(c.Env.Pass, []string{"ANTHROPIC_API_KEY"}) {
 		t.Errorf("ports %v, pass %v", c.Network.HostPorts, c.Env.Pass)
@@ -185,7 +189,7 @@ harness = "claude"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Config.Network.Mode != ModeOpen || len(r.Notices) != 0 || r.Config.Sandbox.Harness != "claude" {
+	if r.Config.Network.Mode != contract.ModeOpen || len(r.Notices) != 0 || r.Config.Sandbox.Harness != "claude" {
 		t.Errorf("trusted file not applied: %+v, notices %q", r.Config, r.Notices)
 	}
 
@@ -195,7 +199,7 @@ harness = "claude"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Config.Network.Mode != ModeAllow || len(r.Notices) == 0 {
+	if r.Config.Network.Mode != contract.ModeAllow || len(r.Notices) == 0 {
 		t.Errorf("edited file still trusted: mode %q", r.Config.Network.Mode)
 	}
 }
@@ -209,7 +213,7 @@ func TestProjectFileNarrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Config.Network.Mode != ModeNone || len(r.Allowlist) != 0 || r.Config.Limits.Pids != 50 || r.Config.Limits.Memory != "1g" || len(r.Notices) != 0 {
+	if r.Config.Network.Mode != contract.ModeNone || len(r.Allowlist) != 0 || r.Config.Limits.Pids != 50 || r.Config.Limits.Memory != "1g" || len(r.Notices) != 0 {
 		t.Errorf("narrowing not applied: %+v notices %q", r.Config, r.Notices)
 	}
 }
@@ -225,7 +229,7 @@ func TestInvalidProjectFileFails(t *testing.T) {
 
 func TestOverrides(t *testing.T) {
 	r := &Resolved{Config: Default()}
-	r.Config.Network.AllowedHosts = []string{"api.example.com", "b.example"}
+	r.Allowlist, _ = allowlist.Parse([]string{"api.example.com", "b.example"})
 	err := r.Apply(Overrides{Mode: "none", Allow: []string{".example.com", "b.example", "c.example"}, HostPorts: []int{11434, 11434}, Env: []string{"FOO", "BAR=baz"}, Pids: 10})
 	if err != nil {
 		t.Fatal(err)
@@ -234,7 +238,7 @@ func TestOverrides(t *testing.T) {
 	for _, h := range r.Allowlist {
 		got = append(got, h.String())
 	}
-	if strings.Join(got, " ") != "b.example .example.com c.example" || r.Config.Network.Mode != ModeNone ||
+	if strings.Join(got, " ") != "b.example .example.com c.example" || r.Config.Network.Mode != contract.ModeNone ||
 		!slices.Equal(r.Config.Network.HostPorts, []int{11434}) || !slices.Equal(r.Config.Env.Pass, []string{"FOO"}) ||
 		r.Config.Env.Set["BAR"] != "baz" || r.Config.Limits.Pids != 10 {
 		t.Errorf("applied: %q %+v", got, r.Config)
@@ -245,5 +249,22 @@ func TestOverrides(t *testing.T) {
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "command line: --") {
 			t.Errorf("Apply(%+v) = %v", o, err)
 		}
+	}
+}
+
+func TestJoinHarness(t *testing.T) {
+	r := &Resolved{Config: Default()}
+	r.Allowlist, _ = allowlist.Parse([]string{".anthropic.com"})
+	if err := r.JoinHarness(); err != nil {
+		t.Fatal(err)
+	}
+	// pi's api.anthropic.com is covered already; its other hosts join.
+	if fmt.Sprint(r.Allowlist) != "[.anthropic.com api.openai.com generativelanguage.googleapis.com]" || len(r.HarnessHosts) != 2 {
+		t.Errorf("allowlist %v, harness hosts %v", r.Allowlist, r.HarnessHosts)
+	}
+	none := &Resolved{Config: Default()}
+	none.Config.Network.Mode = contract.ModeNone
+	if err := none.JoinHarness(); err != nil || len(none.Allowlist) != 0 {
+		t.Errorf("mode none: %v %v", none.Allowlist, err)
 	}
 }

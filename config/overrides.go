@@ -5,7 +5,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/contract"
+	"github.com/aisb-dev/aisb/harness"
 )
 
 // Overrides are what the user said on the command line; they take precedence
@@ -31,30 +33,20 @@ func (r *Resolved) Apply(o Overrides) error {
 	}
 	c := &r.Config
 	if o.Mode != "" {
-		if Mode(o.Mode).width() == len(Modes) {
+		if m := contract.Mode(o.Mode); !m.Valid() {
 			bad("--net", "%q is not a mode; write one of %s", o.Mode, modeList())
 		} else {
-			c.Network.Mode = Mode(o.Mode)
+			c.Network.Mode = m
 		}
 	}
 	for _, a := range o.Allow {
-		h, err := policy.ParseHost(a)
+		h, err := allowlist.ParseHost(a)
 		if err != nil {
 			bad("--allow", "%v", err)
 			continue
 		}
-		current, _ := policy.ParseAllowlist(c.Network.AllowedHosts)
-		if slices.ContainsFunc(current, func(x policy.Host) bool { return x.Covers(h) }) {
-			continue
-		}
 		// A wider --allow replaces the entries it covers.
-		kept := []string{}
-		for _, x := range current {
-			if !h.Covers(x) {
-				kept = append(kept, x.String())
-			}
-		}
-		c.Network.AllowedHosts = append(kept, a)
+		r.Allowlist = allowlist.Add(r.Allowlist, h)
 	}
 	for _, p := range o.HostPorts {
 		if p < 1 || p > 65535 {
@@ -109,13 +101,30 @@ func (r *Resolved) Apply(o Overrides) error {
 	if len(ps) > 0 {
 		return ps
 	}
-	hosts, errs := policy.ParseAllowlist(c.Network.AllowedHosts)
-	for _, e := range errs {
-		ps = append(ps, Problem{File: "command line", Field: "--allow", Msg: e.Error()})
+	return nil
+}
+
+// JoinHarness adds the chosen harness's API hosts to the allowlist (a
+// harness cannot work without them), except in mode none, where nothing is
+// reached. Call it for a session's configuration, after Apply; a long-lived
+// gate takes the user's list alone.
+func (r *Resolved) JoinHarness() error {
+	h, err := harness.Lookup(r.Config.Sandbox.Harness)
+	if err != nil {
+		return err
 	}
-	if len(ps) > 0 {
-		return ps
+	if r.Config.Network.Mode == contract.ModeNone {
+		return nil
 	}
-	r.Allowlist = hosts
+	hosts, err := h.AllowedHosts()
+	if err != nil {
+		return err
+	}
+	for _, x := range hosts {
+		if !allowlist.Covered(r.Allowlist, x) {
+			r.Allowlist = allowlist.Add(r.Allowlist, x)
+			r.HarnessHosts = append(r.HarnessHosts, x)
+		}
+	}
 	return nil
 }

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/allowlist"
 )
 
 // ProjectFileName is the project's own configuration, in the project directory.
@@ -22,34 +21,14 @@ type Sources struct {
 	TrustFile  string // the store `aisb trust` writes
 }
 
-// DefaultSources are the user's file under $XDG_CONFIG_HOME and the project in dir.
-func DefaultSources(dir string) (Sources, error) {
-	cfg, err := configDir()
-	if err != nil {
-		return Sources{}, err
-	}
-	return Sources{
-		UserFile:   filepath.Join(cfg, "config.toml"),
-		ProjectDir: dir,
-		TrustFile:  filepath.Join(cfg, "trusted"),
-	}, nil
-}
-
-func configDir() (string, error) {
-	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
-		return filepath.Join(d, "aisb"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find config directory: set XDG_CONFIG_HOME or HOME: %w", err)
-	}
-	return filepath.Join(home, ".config", "aisb"), nil
-}
-
 // Resolved is the effective configuration and how it came to be.
 type Resolved struct {
-	Config    Config
-	Allowlist []policy.Host
+	Config Config // Network.AllowedHosts is empty: the list is Allowlist
+	// Allowlist is the one allowlist: the files', narrowed or merged, plus
+	// --allow, plus (after JoinHarness) the harness's hosts.
+	Allowlist []allowlist.Host
+	// HarnessHosts are the entries JoinHarness added, for display.
+	HarnessHosts []allowlist.Host
 	// Notices say what was ignored and why; the CLI prints them on stderr.
 	Notices []string
 }
@@ -66,7 +45,7 @@ func Resolve(src Sources) (*Resolved, error) {
 		case err != nil:
 			return nil, err
 		default:
-			merge(&r.Config, f)
+			r.merge(f)
 		}
 	}
 	if src.ProjectDir != "" {
@@ -82,33 +61,23 @@ func Resolve(src Sources) (*Resolved, error) {
 				return nil, err
 			}
 			if trusted {
-				merge(&r.Config, f)
+				r.merge(f)
 			} else {
-				r.Notices = append(r.Notices, narrow(&r.Config, f)...)
+				r.narrow(f)
 			}
 		}
 	}
-	hosts, errs := policy.ParseAllowlist(r.Config.Network.AllowedHosts)
-	if len(errs) > 0 {
-		// Each file was valid alone; the merge can still hold an overlap.
-		var ps Problems
-		for _, e := range errs {
-			ps = append(ps, Problem{File: "merged configuration", Field: fmt.Sprintf("network.allowed_hosts[%d]", e.Index), Msg: e.Error()})
-		}
-		return nil, ps
-	}
-	r.Allowlist = hosts
 	return r, nil
 }
 
-// merge lays every key the file defines over c.
-func merge(c *Config, f *File) {
-	fc := f.Config
+// merge lays every key the file defines over the configuration.
+func (r *Resolved) merge(f *File) {
+	c, fc := &r.Config, f.Config
 	if f.Defines("network.mode") {
 		c.Network.Mode = fc.Network.Mode
 	}
 	if f.Defines("network.allowed_hosts") {
-		c.Network.AllowedHosts = fc.Network.AllowedHosts
+		r.Allowlist = slices.Clone(f.Hosts)
 	}
 	if f.Defines("network.host_ports") {
 		c.Network.HostPorts = fc.Network.HostPorts
@@ -143,33 +112,26 @@ func merge(c *Config, f *File) {
 }
 
 // narrow applies an untrusted project file: whoever wrote the repository may
-// take reach away from the sandbox, never give it more. It returns a notice
-// for everything it ignored.
-func narrow(c *Config, f *File) []string {
-	var notes []string
+// take reach away from the sandbox, never give it more. Everything it ignores
+// becomes a notice.
+func (r *Resolved) narrow(f *File) {
 	ignore := func(field, why string) {
-		notes = append(notes, fmt.Sprintf("%s: %s ignored: %s; run `aisb trust` to accept this file as it is", f.Name, field, why))
+		r.Notices = append(r.Notices, fmt.Sprintf("%s: %s ignored: %s; run `aisb trust` to accept this file as it is", f.Name, field, why))
 	}
-	fc := f.Config
+	c, fc := &r.Config, f.Config
 	if f.Defines("network.mode") {
-		if fc.Network.Mode.width() <= c.Network.Mode.width() {
+		if fc.Network.Mode.Width() <= c.Network.Mode.Width() {
 			c.Network.Mode = fc.Network.Mode
 		} else {
 			ignore("network.mode", fmt.Sprintf("%q is wider than %q", fc.Network.Mode, c.Network.Mode))
 		}
 	}
 	if f.Defines("network.allowed_hosts") {
-		current, _ := policy.ParseAllowlist(c.Network.AllowedHosts)
-		proposed, _ := policy.ParseAllowlist(fc.Network.AllowedHosts)
-		var kept []string
-		for _, h := range proposed {
-			if slices.ContainsFunc(current, func(u policy.Host) bool { return u.Covers(h) }) {
-				kept = append(kept, h.String())
-			} else {
-				ignore(fmt.Sprintf("network.allowed_hosts %q", h.String()), "a project file cannot add hosts your own configuration does not allow")
-			}
+		kept, dropped := allowlist.Narrow(r.Allowlist, f.Hosts)
+		for _, h := range dropped {
+			ignore(fmt.Sprintf("network.allowed_hosts %q", h.String()), "a project file cannot add hosts your own configuration does not allow")
 		}
-		c.Network.AllowedHosts = kept
+		r.Allowlist = kept
 	}
 	if f.Defines("network.host_ports") {
 		var kept []int
@@ -228,7 +190,6 @@ func narrow(c *Config, f *File) []string {
 			ignore("limits.cpus", "a project file may only lower limits")
 		}
 	}
-	return notes
 }
 
 // lower reports whether limit want is at least as tight as have (0 = no limit).

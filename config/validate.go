@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/harness"
-	"github.com/aisb-dev/aisb/policy"
 )
 
 // checks are run in this order on every file; each returns its own problems,
@@ -55,7 +56,7 @@ func checkMode(f *File) []Problem {
 	if !f.Defines("network.mode") {
 		return nil
 	}
-	if f.Config.Network.Mode.width() == len(Modes) {
+	if !f.Config.Network.Mode.Valid() {
 		return []Problem{f.problem("network.mode", "%q is not a mode; write one of %s", f.Config.Network.Mode, modeList())}
 	}
 	return nil
@@ -63,14 +64,15 @@ func checkMode(f *File) []Problem {
 
 func modeList() string {
 	var s []string
-	for _, m := range Modes {
+	for _, m := range contract.Modes {
 		s = append(s, string(m))
 	}
 	return strings.Join(s, ", ")
 }
 
 func checkAllowedHosts(f *File) []Problem {
-	_, errs := policy.ParseAllowlist(f.Config.Network.AllowedHosts)
+	hosts, errs := allowlist.Parse(f.Config.Network.AllowedHosts)
+	f.Hosts = hosts
 	var ps []Problem
 	for _, e := range errs {
 		ps = append(ps, f.problem(fmt.Sprintf("network.allowed_hosts[%d]", e.Index), "%s", e.Error()))

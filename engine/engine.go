@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/blang/semver/v4"
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/errorhandling"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -27,6 +29,13 @@ var (
 	MinPasta   = semver.MustParse("4.4.0")
 	// MinEmptyDetachKeys is the first service that accepts "" (no detach keys).
 	MinEmptyDetachKeys = semver.MustParse("5.0.0")
+)
+
+// Labels aisb puts on its containers.
+const (
+	LabelKind    = "io.aisb.kind"    // "gate" or "sandbox"
+	LabelSession = "io.aisb.session" // session id, or the gate's name for a long-lived gate
+	LabelOwner   = "io.aisb.owner"   // "PID:STARTTIME" of the aisb process that owns it; absent for long-lived gates
 )
 
 // Conn is a live connection to a Podman service.
@@ -40,19 +49,22 @@ type Conn struct {
 	sock    string
 }
 
-// Connect uses CONTAINER_HOST, else the user's rootless socket, else starts
+// Where says how to reach Podman; the caller reads the environment once.
+type Where struct {
+	URI        string // CONTAINER_HOST; empty: the user's socket or a private service
+	RuntimeDir string // the user's runtime directory (state.Paths.Runtime)
+}
+
+// Connect uses w.URI, else the user's rootless socket, else starts
 // `podman system service` privately for this process; the private service
 // exits with aisb (parent-death signal) and on Close.
-func Connect(ctx context.Context) (*Conn, error) {
+func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c := &Conn{}
 	switch {
-	case os.Getenv("CONTAINER_HOST") != "":
-		c.URI = os.Getenv("CONTAINER_HOST")
+	case w.URI != "":
+		c.URI = w.URI
 	default:
-		runtimeDir := os.Getenv("XDG_RUNTIME_DIR")
-		if runtimeDir == "" {
-			runtimeDir = fmt.Sprintf("/run/user/%d", os.Getuid())
-		}
+		runtimeDir := w.RuntimeDir
 		sock := filepath.Join(runtimeDir, "podman", "podman.sock")
 		if listening(sock) {
 			c.URI = "unix://" + sock
@@ -158,9 +170,11 @@ func (c *Conn) RequirePasta() error {
 	return nil
 }
 
-// IsNotFound reports whether err is the service's "no such container/image".
+// IsNotFound reports whether err is the service's answer 404: no such
+// container, image or volume.
 func IsNotFound(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "no such") || strings.Contains(err.Error(), "not found"))
+	var em *errorhandling.ErrorModel
+	return errors.As(err, &em) && em.ResponseCode == http.StatusNotFound
 }
 
 // Remove force-removes a container (SIGTERM, SIGKILL after 2 s); a missing

@@ -15,28 +15,20 @@ import (
 
 	"github.com/google/nftables"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/ruleset"
 )
 
 // Exit statuses; aisb turns 77 and 78 into a sentence for the user.
 const (
-	ExitEnforce  = 77  // EX_NOPERM: the table or the privilege drop could not be enforced
-	ExitPolicy   = 78  // EX_CONFIG: the session policy is missing, unreadable or invalid
-	ExitUsage    = 64  // EX_USAGE: no command given
-	ExitNoExec   = 126 // the command exists but cannot be executed
-	ExitNotFound = 127 // the command does not exist
+	ExitEnforce  = contract.ExitEnforce // the table or the privilege drop could not be enforced
+	ExitPolicy   = contract.ExitPolicy  // the session policy is missing, unreadable or invalid
+	ExitUsage    = 64                   // EX_USAGE: no command given
+	ExitNoExec   = 126                  // the command exists but cannot be executed
+	ExitNotFound = 127                  // the command does not exist
 )
 
-// PolicyPath is where aisb mounts the session policy, read-only.
-const PolicyPath = "/etc/aisb/policy.json"
-
-// AgentUID and AgentGID are who the command runs as.
-const (
-	AgentUID = 1000
-	AgentGID = 1000
-)
-
-// Entrypoint runs the fixed sequence; options exist for tests.
+// Entrypoint runs the fixed sequence.
 type Entrypoint struct {
 	policyPath string
 	uid, gid   int
@@ -44,23 +36,14 @@ type Entrypoint struct {
 	nft        func() (*nftables.Conn, error)
 }
 
-// Option changes an Entrypoint; for tests.
-type Option func(*Entrypoint)
-
-// WithStderr sends the entrypoint's messages to w.
-func WithStderr(w io.Writer) Option { return func(e *Entrypoint) { e.stderr = w } }
-
 // New returns the entrypoint with its production settings.
-func New(opts ...Option) *Entrypoint {
+func New() *Entrypoint {
 	e := &Entrypoint{
-		policyPath: PolicyPath,
-		uid:        AgentUID,
-		gid:        AgentGID,
+		policyPath: contract.PolicyPath,
+		uid:        contract.AgentUID,
+		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
 		nft:        func() (*nftables.Conn, error) { return nftables.New() },
-	}
-	for _, o := range opts {
-		o(e)
 	}
 	return e
 }
@@ -86,7 +69,7 @@ func (e *Entrypoint) Main(args []string) int {
 	fs := flag.NewFlagSet("aisb-entrypoint", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	unenforced := fs.Bool("allow-unenforced", false, "run the command even without a network table (the privilege drop still happens)")
-	fs.StringVar(&e.policyPath, "policy", PolicyPath, "session policy `file` (tests only; aisb always uses the default)")
+	fs.StringVar(&e.policyPath, "policy", contract.PolicyPath, "session policy `file` (tests only; aisb always uses the default)")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: aisb-entrypoint [--allow-unenforced] -- COMMAND [ARGS...]")
 	}
@@ -121,7 +104,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool) error {
 	if err != nil {
 		return fail("read policy", ExitPolicy, err)
 	}
-	p, err := ruleset.ParsePolicy(b)
+	p, err := contract.ParsePolicy(b)
 	if err != nil {
 		return fail("read policy", ExitPolicy, fmt.Errorf("%s: %w", e.policyPath, err))
 	}
@@ -132,7 +115,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool) error {
 	switch {
 	case unenforced:
 		fmt.Fprintln(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: no network table installed; this sandbox's network is NOT enforced")
-	case p.Mode == ruleset.ModeOpen:
+	case p.Mode == contract.ModeOpen:
 		fmt.Fprintln(e.stderr, "aisb-entrypoint: WARNING: network mode open: no network table installed; the sandbox can reach anything the host can")
 	default:
 		if err := e.enforce(p); err != nil {
@@ -161,7 +144,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool) error {
 	return fail("exec "+argv[0], ExitNoExec, err)
 }
 
-func (e *Entrypoint) enforce(p ruleset.Policy) error {
+func (e *Entrypoint) enforce(p contract.Policy) error {
 	rs, err := ruleset.Build(p)
 	if err != nil {
 		return fail("build table", ExitPolicy, err)

@@ -11,16 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/internal/netnstest"
 	"github.com/aisb-dev/aisb/internal/testhost"
 	"github.com/aisb-dev/aisb/ruleset"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testhost.Cleanup()
-	os.Exit(code)
-}
 
 // Addresses inside the tests' own namespaces only.
 const (
@@ -61,8 +56,8 @@ func newSandbox(t *testing.T) *sandbox {
 	}
 	t.Cleanup(func() { up.Process.Kill(); up.Wait() })
 
-	s.policy = writePolicy(t, ruleset.Policy{Version: 1, Mode: ruleset.ModeAllow,
-		Gate: &ruleset.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
+	s.policy = writePolicy(t, contract.Policy{Version: 1, Mode: contract.ModeAllow,
+		Gate: &contract.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
 	// Wait for the upstream: this is also the first control.
 	for i := 0; ; i++ {
 		if r := s.plain(t, "tcp", hostAddr+":"+gatePort); r.Code == 0 {
@@ -81,7 +76,7 @@ func vethOf(t *testing.T, ns *netnstest.NS) string {
 	return name
 }
 
-func writePolicy(t *testing.T, p ruleset.Policy) string {
+func writePolicy(t *testing.T, p contract.Policy) string {
 	t.Helper()
 	b, _ := json.Marshal(p)
 	path := filepath.Join(t.TempDir(), "policy.json")
@@ -138,7 +133,7 @@ func TestEnforcedNetwork(t *testing.T) {
 			t.Errorf("%s: reached=%v, want %v: %s", c.name, got, c.allowed, r)
 		}
 	}
-	want, _ := ruleset.Build(ruleset.Policy{Version: 1, Mode: ruleset.ModeAllow, Gate: &ruleset.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
+	want, _ := ruleset.Build(contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: &contract.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
 	if got := s.ns.MustRun(t, "nft", "list", "ruleset"); got != want.Text() {
 		t.Errorf("kernel holds\n%s\nwant\n%s", got, want.Text())
 	}
@@ -235,7 +230,7 @@ func TestAgentCannotChangeTheTable(t *testing.T) {
 	if r := s.enforced(t, "unshare", "-rn", s.probe, "tcp", hostAddr+":"+gatePort); r.Code == 0 {
 		t.Errorf("a new network namespace reached the gate's host: %s", r)
 	}
-	want, _ := ruleset.Build(ruleset.Policy{Version: 1, Mode: ruleset.ModeAllow, Gate: &ruleset.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
+	want, _ := ruleset.Build(contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: &contract.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
 	if got := s.ns.MustRun(t, "nft", "list", "ruleset"); got != want.Text() {
 		t.Errorf("the table changed:\n%s", got)
 	}
@@ -248,7 +243,7 @@ func TestFailsClosed(t *testing.T) {
 	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
 	ns := netnstest.New(t)
 	dir := testhost.AgentDir(t)
-	valid := writePolicy(t, ruleset.Policy{Version: 1, Mode: ruleset.ModeNone})
+	valid := writePolicy(t, contract.Policy{Version: 1, Mode: contract.ModeNone})
 	invalid := filepath.Join(dir, "invalid.json")
 	os.WriteFile(invalid, []byte(`{"version":1,"mode":"allow"}`), 0o644)
 	unknown := filepath.Join(dir, "unknown.json")

@@ -1,16 +1,15 @@
 package gate
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aisb-dev/aisb/internal/tail"
 )
 
 // Audit events.
@@ -43,9 +42,6 @@ type Event struct {
 // Blocked reports whether the event is a refusal.
 func (e Event) Blocked() bool { return e.Event != EventAllowed }
 
-// ErrLogLine wraps every line ParseLine cannot read.
-var ErrLogLine = errors.New("not a gate access-log line")
-
 // ParseLine reads one access-log line written with the gate's logformat:
 //
 //	aisb1 TIME SESSION CLIENT METHOD HOST PORT STATUS BYTES RULE
@@ -55,11 +51,11 @@ var ErrLogLine = errors.New("not a gate access-log line")
 func ParseLine(line string) (Event, error) {
 	f := strings.Fields(line)
 	if len(f) < 10 || f[0] != LogVersion {
-		return Event{}, fmt.Errorf("%w: %.80q", ErrLogLine, line)
+		return Event{}, fmt.Errorf("not a gate access-log line: %.80q", line)
 	}
 	secs, err := strconv.ParseFloat(f[1], 64)
 	if err != nil || secs < 0 || secs > 1e11 {
-		return Event{}, fmt.Errorf("%w: time %.40q", ErrLogLine, f[1])
+		return Event{}, fmt.Errorf("not a gate access-log line: time %.40q", f[1])
 	}
 	n := len(f)
 	e := Event{
@@ -90,51 +86,13 @@ func ParseLine(line string) (Event, error) {
 // squid writes them, until ctx ends; then it converts what remains and
 // returns. A missing log is waited for.
 func Follow(ctx context.Context, path, session string, out io.Writer) error {
-	var f *os.File
-	for f == nil {
-		var err error
-		f, err = os.Open(path)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("follow %s: %w", path, err)
-		}
-		if f == nil {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
-	defer f.Close()
-	r := bufio.NewReader(f)
 	enc := json.NewEncoder(out)
-	var partial string
-	for {
-		line, err := r.ReadString('\n')
-		partial += line
-		if err == nil {
-			if werr := enc.Encode(eventFor(strings.TrimRight(partial, "\r\n"), session)); werr != nil {
-				return fmt.Errorf("write audit: %w", werr)
-			}
-			partial = ""
-			continue
+	return tail.Follow(ctx, path, func(line []byte) error {
+		if err := enc.Encode(eventFor(string(line), session)); err != nil {
+			return fmt.Errorf("write audit: %w", err)
 		}
-		if !errors.Is(err, io.EOF) {
-			return fmt.Errorf("follow %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			// Drain what squid wrote before it stopped.
-			rest, _ := io.ReadAll(r)
-			for _, l := range strings.Split(partial+string(rest), "\n") {
-				if strings.TrimSpace(l) != "" {
-					enc.Encode(eventFor(l, session))
-				}
-			}
-			return nil
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // eventFor never drops a line: one the parser cannot read is a blocked event.

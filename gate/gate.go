@@ -16,9 +16,10 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/netaddr"
 )
 
 //go:embed Containerfile
@@ -29,13 +30,6 @@ func ImageSpec(base string) image.Spec {
 	return image.Spec{Name: "aisb-gate", Containerfile: containerfile, BaseImage: base}
 }
 
-// Labels aisb puts on its containers.
-const (
-	LabelKind    = "io.aisb.kind"    // "gate" or "sandbox"
-	LabelSession = "io.aisb.session" // session id, or the gate's name for a long-lived gate
-	LabelOwner   = "io.aisb.owner"   // "PID:STARTTIME" of the aisb process that owns it; absent for long-lived gates
-)
-
 // dirInContainer is where the session directory is mounted in the gate.
 const dirInContainer = "/gate"
 
@@ -44,12 +38,12 @@ const proxyUID = 13
 
 // Options start one gate.
 type Options struct {
-	Session   string        // session id or long-lived gate name
-	Dir       string        // the session directory on the host (created if missing)
-	Image     string        // the gate image (from image.Ensure(ImageSpec(...)))
-	Allowlist []policy.Host // validated
+	Session   string           // session id or long-lived gate name
+	Dir       string           // the session directory on the host (created if missing)
+	Image     string           // the gate image (from image.Ensure(ImageSpec(...)))
+	Allowlist []allowlist.Host // validated
 	DNS       []netip.Addr
-	Owner     string // LabelOwner value; empty for a long-lived gate
+	Owner     string // engine.LabelOwner value; empty for a long-lived gate
 }
 
 // Gate is a running gate.
@@ -63,22 +57,6 @@ type Gate struct {
 // ContainerName is the gate container's name for a session.
 func ContainerName(session string) string { return "aisb-gate-" + session }
 
-// HostAddrs lists the addresses configured on the host's interfaces; the gate
-// shares the host's network, so names resolving to them must be refused.
-func HostAddrs() ([]netip.Addr, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("list host addresses: %w", err)
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr())
-		}
-	}
-	return out, nil
-}
-
 // freePort asks the kernel for a free port on 127.0.0.1.
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -89,9 +67,6 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// ErrNotStarted wraps every failure of squid to come up.
-var ErrNotStarted = errors.New("gate did not start")
-
 // Start renders squid.conf for a free loopback port, runs the gate container
 // and waits until the port accepts connections. On any failure nothing is
 // left running.
@@ -99,7 +74,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
-	hostAddrs, err := HostAddrs()
+	host, err := netaddr.HostAddrs()
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -107,7 +82,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
 	}
-	conf, err := Render(Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, DNS: o.DNS, HostAddrs: hostAddrs})
+	conf, err := Render(Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, DNS: o.DNS, Host: host})
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -137,20 +112,18 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	s.ReadOnlyFilesystem = ptr(true)
 	s.ReadWriteTmpfs = ptr(true)
 	s.Mounts = []spec.Mount{{Type: "bind", Source: o.Dir, Destination: dirInContainer, Options: []string{"rw"}}}
-	s.Labels = map[string]string{LabelKind: "gate", LabelSession: o.Session}
+	s.Labels = map[string]string{engine.LabelKind: "gate", engine.LabelSession: o.Session}
 	if o.Owner != "" {
-		s.Labels[LabelOwner] = o.Owner
+		s.Labels[engine.LabelOwner] = o.Owner
 	}
 	if _, err := containers.CreateWithSpec(c.Ctx, s, nil); err != nil {
 		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
 	}
 	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {
-		g.Stop(c)
-		return nil, fmt.Errorf("start gate: %w", err)
+		return nil, errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
 	}
 	if err := g.waitReady(c, 20*time.Second); err != nil {
-		g.Stop(c)
-		return nil, err
+		return nil, errors.Join(err, g.Stop(c))
 	}
 	return g, nil
 }
@@ -168,10 +141,10 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 			return nil
 		}
 		if !g.running(c) {
-			return fmt.Errorf("start gate: %w: squid exited: %s", ErrNotStarted, g.squidError())
+			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("start gate: %w: 127.0.0.1:%d did not accept connections within %s: %s", ErrNotStarted, g.Port, timeout, g.squidError())
+			return fmt.Errorf("start gate: 127.0.0.1:%d did not accept connections within %s: %s", g.Port, timeout, g.squidError())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -246,28 +219,8 @@ func (g *Gate) Stop(c *engine.Conn) error {
 			break
 		}
 	}
-	containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("KILL"))
+	// A kill that fails because the gate is already gone is fine: Remove
+	// below is what must succeed, and it reports its own failure.
+	_ = containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("KILL"))
 	return engine.Remove(c, g.Name)
-}
-
-// Find returns the running gate of a long-lived name, reading its port back
-// from its squid.conf in dir.
-func Find(c *engine.Conn, name, dir string) (*Gate, error) {
-	g := &Gate{Name: ContainerName(name), Session: name, Dir: dir}
-	if !g.running(c) {
-		return nil, fmt.Errorf("gate %s is not running; start it with `aisb gate up %s`", name, name)
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "squid.conf"))
-	if err != nil {
-		return nil, fmt.Errorf("gate %s: %w", name, err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(l, "http_port 127.0.0.1:"); ok {
-			fmt.Sscanf(p, "%d", &g.Port)
-		}
-	}
-	if g.Port == 0 {
-		return nil, fmt.Errorf("gate %s: no http_port in its squid.conf", name)
-	}
-	return g, nil
 }

@@ -18,40 +18,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/netaddr"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testhost.Cleanup()
-	os.Exit(code)
-}
 
 // connect drives the test user's rootless Podman through the bindings and
 // makes sure the gate image exists.
 func connect(t *testing.T) (*engine.Conn, string) {
 	t.Helper()
-	t.Setenv("CONTAINER_HOST", testhost.Service(t))
-	c, err := engine.Connect(context.Background())
+	c, err := engine.Connect(context.Background(), engine.Where{URI: testhost.Service(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
 	var progress bytes.Buffer
-	tag, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), &progress)
+	tag, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: t.TempDir(), Progress: &progress})
 	if err != nil {
 		t.Fatalf("gate image: %v\n%s", err, progress.String())
 	}
 	return c, tag
 }
 
-func allowlist(t *testing.T, entries ...string) []policy.Host {
+func hosts(t *testing.T, entries ...string) []allowlist.Host {
 	t.Helper()
-	hs, errs := policy.ParseAllowlist(entries)
+	hs, errs := allowlist.Parse(entries)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}
@@ -65,15 +59,18 @@ func TestSquidParse(t *testing.T) {
 	c, img := connect(t)
 	_ = c
 	dns := []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}
-	hostAddrs, _ := gate.HostAddrs()
+	host, err := netaddr.HostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, cfg := range map[string]gate.Config{
 		"empty":     {},
-		"names":     {Allowlist: allowlist(t, "allowed.test", ".domain.test", "api.github.com")},
-		"addresses": {Allowlist: allowlist(t, "198.51.100.10", "192.0.2.7")},
-		"both+dns":  {Allowlist: allowlist(t, ".allowed.test", "198.51.100.10"), DNS: dns},
+		"names":     {Allowlist: hosts(t, "allowed.test", ".domain.test", "api.github.com")},
+		"addresses": {Allowlist: hosts(t, "198.51.100.10", "192.0.2.7")},
+		"both+dns":  {Allowlist: hosts(t, ".allowed.test", "198.51.100.10"), DNS: dns},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg.Session, cfg.Port, cfg.Dir, cfg.HostAddrs = "parse-test", 3128, "/gate", hostAddrs
+			cfg.Session, cfg.Port, cfg.Dir, cfg.Host = "parse-test", 3128, "/gate", host
 			conf, err := gate.Render(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -157,7 +154,7 @@ type request struct {
 	rule   string
 }
 
-func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts []policy.Host) *gate.Gate {
+func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts []allowlist.Host) *gate.Gate {
 	t.Helper()
 	g, err := gate.Start(c, gate.Options{
 		Session: session, Dir: testhost.UserDir(t), Image: img, Allowlist: hosts,
@@ -181,9 +178,9 @@ func TestGate(t *testing.T) {
 		direct(t, a)
 	}
 	internalNames := []string{"loopback.test", "private.test", "private172.test", "private192.test", "metadata.test", "cgnat.test", "hostself.test", "mixed.test"}
-	hosts := allowlist(t, append([]string{"allowed.test"}, internalNames...)...)
+	list := hosts(t, append([]string{"allowed.test"}, internalNames...)...)
 	mark := testhost.DNSMark(t)
-	g := startGate(t, c, img, "gate-test", hosts)
+	g := startGate(t, c, img, "gate-test", list)
 
 	gets := func(url string) func(*testing.T, string) int {
 		return func(t *testing.T, a string) int {
@@ -215,9 +212,11 @@ func TestGate(t *testing.T) {
 		reqs = append(reqs, request{"listed " + n + " (internal address) over CONNECT", connects(n + ":443"), 403, gate.RuleInternal})
 	}
 	for _, r := range reqs {
-		if got := r.do(t, g.Addr()); got != r.status {
-			t.Errorf("%s: status %d, want %d", r.name, got, r.status)
-		}
+		t.Run(r.name, func(t *testing.T) {
+			if got := r.do(t, g.Addr()); got != r.status {
+				t.Errorf("status %d, want %d", got, r.status)
+			}
+		})
 	}
 
 	// HTTPS through an allowed tunnel reaches the upstream end to end.
@@ -246,7 +245,10 @@ func TestGate(t *testing.T) {
 	}
 
 	// The access log holds one line per request with the rule that decided.
-	g.Stop(c) // CONNECT lines are written when the tunnel closes
+	// CONNECT lines are written when the tunnel closes.
+	if err := g.Stop(c); err != nil {
+		t.Fatal(err)
+	}
 	events := readEvents(t, g)
 	want := map[string]int{}
 	for _, r := range reqs {
@@ -286,7 +288,7 @@ func TestListedAddress(t *testing.T) {
 	c, img := connect(t)
 	direct(t, testhost.UpstreamAddr)
 	direct(t, testhost.Internal["private"])
-	g := startGate(t, c, img, "gate-addr", allowlist(t, testhost.UpstreamAddr, testhost.Internal["private"]))
+	g := startGate(t, c, img, "gate-addr", hosts(t, testhost.UpstreamAddr, testhost.Internal["private"]))
 	for _, r := range []struct {
 		url    string
 		status int
@@ -306,7 +308,7 @@ func TestListedAddress(t *testing.T) {
 func TestListedNetwork(t *testing.T) {
 	c, img := connect(t)
 	direct(t, testhost.UpstreamAddr)
-	g := startGate(t, c, img, "gate-net", allowlist(t, "198.51.100.8/29"))
+	g := startGate(t, c, img, "gate-net", hosts(t, "198.51.100.8/29"))
 	for _, r := range []struct {
 		url    string
 		status int

@@ -8,7 +8,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/netaddr"
 )
 
 // LogVersion is the first field of every access-log line the gate writes;
@@ -29,40 +30,21 @@ const (
 	RuleAllowed     = "allowed"      // admitted
 )
 
-// InternalRanges are refused as destinations even for allowed names and
-// listed addresses. ::ffff:0:0/96 is deliberately absent: squid reads it as
-// all of IPv4; mapped addresses are covered by the IPv4 ranges.
-var InternalRanges = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("10.0.0.0/8"),
-	netip.MustParsePrefix("100.64.0.0/10"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
-	netip.MustParsePrefix("172.16.0.0/12"),
-	netip.MustParsePrefix("192.0.0.0/24"),
-	netip.MustParsePrefix("192.168.0.0/16"),
-	netip.MustParsePrefix("198.18.0.0/15"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("240.0.0.0/4"),
-	netip.MustParsePrefix("::/128"),
-	netip.MustParsePrefix("::1/128"),
-	netip.MustParsePrefix("fc00::/7"),
-	netip.MustParsePrefix("fe80::/10"),
-	netip.MustParsePrefix("ff00::/8"),
-}
-
 // Config is everything squid.conf is rendered from. Every host in Allowlist
-// has passed policy.ParseAllowlist; nothing else reaches the file.
+// came from allowlist.Parse; nothing else reaches the file.
 type Config struct {
-	Session   string        // session id, [a-z0-9-] only; written into every log line
-	Port      int           // listens on 127.0.0.1:Port
-	Dir       string        // the session directory as squid sees it
-	Allowlist []policy.Host // validated entries
-	DNS       []netip.Addr  // resolvers instead of the host's; empty: the host's
-	HostAddrs []netip.Addr  // the host's own addresses, refused like internal ones
+	Session   string           // session id, [a-z0-9-] only; written into every log line
+	Port      int              // listens on 127.0.0.1:Port
+	Dir       string           // the session directory as squid sees it
+	Allowlist []allowlist.Host // validated entries
+	DNS       []netip.Addr     // resolvers instead of the host's; empty: the host's
+	Host      netaddr.Host     // the host's own addresses, refused like internal ones
 }
 
-var sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+var (
+	sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	entryRE   = regexp.MustCompile(`^[a-z0-9.-]+(/[0-9]+)?$`)
+)
 
 // Render writes squid.conf. The order of the http_access lines is the
 // security property: every refusal that needs no DNS comes first, and the
@@ -80,10 +62,10 @@ func Render(c Config) (string, error) {
 	}
 	var names, addrs []string
 	for _, h := range c.Allowlist {
-		// Re-check: the validator is the only way in, and a newline here
-		// would inject a directive.
-		if again, err := policy.ParseHost(h.String()); err != nil || again != h {
-			return "", fmt.Errorf("render gate config: allowlist entry %q did not come from the validator", h.String())
+		// The parser is the only way in; a host built by hand with a space
+		// or a newline would inject a directive, so check what is written.
+		if !entryRE.MatchString(h.String()) {
+			return "", fmt.Errorf("render gate config: allowlist entry %q did not come from the parser", h.String())
 		}
 		if h.IsAddr() || h.IsNet() {
 			addrs = append(addrs, h.String())
@@ -91,27 +73,7 @@ func Render(c Config) (string, error) {
 			names = append(names, h.String())
 		}
 	}
-	var internal []string
-	for _, p := range InternalRanges {
-		internal = append(internal, p.String())
-	}
-	// The host's own addresses, less those a range already covers (squid
-	// warns about, and ignores, an entry inside another).
-	seen := map[netip.Addr]bool{}
-hostAddrs:
-	for _, a := range c.HostAddrs {
-		a = a.WithZone("").Unmap()
-		if !a.IsValid() || seen[a] {
-			continue
-		}
-		seen[a] = true
-		for _, p := range InternalRanges {
-			if p.Contains(a) {
-				continue hostAddrs
-			}
-		}
-		internal = append(internal, a.String())
-	}
+	internal := c.Host.Refused()
 	var dns []string
 	for _, a := range c.DNS {
 		dns = append(dns, a.WithZone("").String())

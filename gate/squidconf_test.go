@@ -8,17 +8,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/netaddr"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 func TestRenderGolden(t *testing.T) {
-	hosts, _ := policy.ParseAllowlist([]string{"api.anthropic.com", ".github.com", "192.0.2.7"})
+	hosts, _ := allowlist.Parse([]string{"api.anthropic.com", ".github.com", "192.0.2.7"})
 	conf, err := Render(Config{
 		Session: "golden", Port: 41234, Dir: "/gate", Allowlist: hosts,
-		DNS:       []netip.Addr{netip.MustParseAddr("198.51.100.10")},
-		HostAddrs: []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("2001:db8::2")},
+		DNS:  []netip.Addr{netip.MustParseAddr("198.51.100.10")},
+		Host: netaddr.Host{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("2001:db8::2")}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +37,7 @@ func TestRenderGolden(t *testing.T) {
 // TestRenderOrder: refusals that need no lookup come before the only ACL
 // that resolves, so a refused name is never resolved.
 func TestRenderOrder(t *testing.T) {
-	hosts, _ := policy.ParseAllowlist([]string{"a.example"})
+	hosts, _ := allowlist.Parse([]string{"a.example"})
 	conf, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts})
 	if err != nil {
 		t.Fatal(err)
@@ -62,12 +63,12 @@ func TestRenderOrder(t *testing.T) {
 }
 
 func TestRenderRefusesUnvalidated(t *testing.T) {
-	for _, h := range []policy.Host{
+	for _, h := range []allowlist.Host{
 		{Name: "evil.example\nhttp_access allow all"},
 		{Name: "UPPER.example"},
 		{Name: "x"},
 	} {
-		if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: []policy.Host{h}}); err == nil {
+		if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: []allowlist.Host{h}}); err == nil {
 			t.Errorf("rendered unvalidated host %q", h.Name)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/aisb-dev/aisb/allowlist"
 )
 
 // Preset is one harness: what to run, what to install, what it needs.
@@ -16,9 +18,6 @@ type Preset struct {
 	Hosts   []string // allowlist entries the harness needs to work at all
 	Env     []string // environment names it reads (passed only when set on the host)
 }
-
-// Default is the harness run when none is configured.
-const Default = "pi"
 
 var presets = map[string]Preset{
 	"pi": {
@@ -46,6 +45,15 @@ var presets = map[string]Preset{
 		Env:   []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"},
 	},
 	"shell": {Name: "shell", Command: []string{"bash"}},
+}
+
+// AllowedHosts are the preset's hosts as allowlist entries.
+func (p Preset) AllowedHosts() ([]allowlist.Host, error) {
+	hosts, errs := allowlist.Parse(p.Hosts)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("harness %s: host %v", p.Name, errs[0])
+	}
+	return hosts, nil
 }
 
 // Lookup returns the preset called name.

@@ -5,12 +5,15 @@ package image
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/containers/buildah/define"
 	"github.com/containers/podman/v5/pkg/bindings/images"
@@ -26,7 +29,19 @@ type Spec struct {
 	Files         map[string][]byte // more files in the build context
 	BaseImage     string            // passed as BASE_IMAGE
 	Args          map[string]string // more build arguments
-	Inputs        []string          // anything else that must change the tag
+}
+
+// Build says where a build may lock and report.
+type Build struct {
+	LockDir  string                           // the user's own lock directory (state.Paths.LockDir)
+	Progress io.Writer                        // the build's own output
+	Logf     func(format string, args ...any) // aisb's notices; nil: none
+}
+
+func (b Build) logf(format string, args ...any) {
+	if b.Logf != nil {
+		b.Logf(format, args...)
+	}
 }
 
 // Label on every image aisb builds, holding the inputs hash.
@@ -56,19 +71,16 @@ func (s Spec) Tag(baseID string) string {
 	for _, k := range args {
 		fmt.Fprintf(h, "arg %s %d %s\n", k, len(s.Args[k]), s.Args[k])
 	}
-	for _, in := range s.Inputs {
-		fmt.Fprintf(h, "input %d %s\n", len(in), in)
-	}
 	return "localhost/" + s.Name + ":" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // BaseID resolves the base image to its ID, pulling it when it is missing.
-func BaseID(c *engine.Conn, base string, progress io.Writer) (string, error) {
+func BaseID(c *engine.Conn, base string, b Build) (string, error) {
 	if ok, err := images.Exists(c.Ctx, base, nil); err != nil {
 		return "", fmt.Errorf("look up base image %s: %w", base, err)
 	} else if !ok {
-		fmt.Fprintf(progress, "aisb: pulling %s\n", base)
-		if _, err := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(progress)); err != nil {
+		b.logf("pulling %s", base)
+		if _, err := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(b.Progress)); err != nil {
 			return "", fmt.Errorf("pull base image %s: %w (where no registry is reachable, set sandbox.base_image or AISB_BASE_IMAGE to a local image)", base, err)
 		}
 	}
@@ -81,8 +93,9 @@ func BaseID(c *engine.Conn, base string, progress io.Writer) (string, error) {
 
 // Ensure returns the tag of the image for spec, building it only when no
 // image with that tag exists. built says whether it built.
-func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool, err error) {
-	baseID, err := BaseID(c, s.BaseImage, progress)
+func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error) {
+	progress := b.Progress
+	baseID, err := BaseID(c, s.BaseImage, b)
 	if err != nil {
 		return "", false, err
 	}
@@ -98,12 +111,18 @@ func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool,
 		return tag, false, err
 	}
 	// Sessions started together build once: the others wait, then find it.
-	unlock := lock(s.Name)
-	defer unlock()
+	unlock, err := lock(b.LockDir, s.Name)
+	if err != nil {
+		// Building unlocked is still correct, only slower when another
+		// session builds the same image at the same time.
+		b.logf("building without a lock: %v", err)
+	} else {
+		defer unlock()
+	}
 	if ok, err := exists(); err != nil || ok {
 		return tag, false, err
 	}
-	fmt.Fprintf(progress, "aisb: building %s on %s\n", tag, s.BaseImage)
+	b.logf("building %s on %s", tag, s.BaseImage)
 	dir, err := os.MkdirTemp("", "aisb-build-")
 	if err != nil {
 		return "", false, fmt.Errorf("build %s: %w", s.Name, err)
@@ -144,25 +163,47 @@ func Ensure(c *engine.Conn, s Spec, progress io.Writer) (tag string, built bool,
 	return tag, true, nil
 }
 
-// lock takes an exclusive lock per image name in the user's runtime
-// directory, so concurrent sessions do not build the same image side by side.
-// Where no lock can be had, building anyway is still correct, only slower.
-func lock(name string) (unlock func()) {
-	dir := os.Getenv("XDG_RUNTIME_DIR")
+// lock takes an exclusive lock per image name in dir (the user's runtime
+// directory: never a shared one such as /tmp, where another user could hold
+// it), so concurrent sessions do not build the same image side by side.
+func lock(dir, name string) (unlock func(), err error) {
 	if dir == "" {
-		dir = os.TempDir()
+		return nil, errors.New("no lock directory")
 	}
-	dir = filepath.Join(dir, "aisb")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return func() {}
+		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "build-"+name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, "build-"+name+".lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return func() {}
+		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
-		return func() {}
+		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}
-	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }
+	return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+}
+
+// Listed is one image aisb built.
+type Listed struct {
+	Tag     string    `json:"tag"`
+	Created time.Time `json:"created"`
+	Size    int64     `json:"size"`
+}
+
+// List lists the images aisb built (by their label).
+func List(c *engine.Conn) ([]Listed, error) {
+	list, err := images.List(c.Ctx, new(images.ListOptions).WithFilters(map[string][]string{"label": {Label}}))
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	var out []Listed
+	for _, img := range list {
+		for _, tag := range img.RepoTags {
+			if strings.HasPrefix(tag, "localhost/aisb-") {
+				out = append(out, Listed{Tag: tag, Created: time.Unix(img.Created, 0), Size: img.Size})
+			}
+		}
+	}
+	return out, nil
 }

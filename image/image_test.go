@@ -1,37 +1,66 @@
 package image
 
-import "testing"
+import (
+	"path/filepath"
+	"regexp"
+	"testing"
+)
+
+func spec() Spec {
+	return Spec{Name: "aisb-x", Containerfile: []byte("FROM x"),
+		Files:     map[string][]byte{"a": []byte("1"), "b": []byte("2"), "c": []byte("3")},
+		BaseImage: "b", Args: map[string]string{"K": "v", "L": "w", "M": "x"}}
+}
 
 // TestTag: the same inputs give the same tag; any change to any input gives
 // another, so a changed input always rebuilds and an unchanged one never does.
 func TestTag(t *testing.T) {
-	base := Spec{Name: "aisb-x", Containerfile: []byte("FROM x"), Files: map[string][]byte{"a": []byte("1")}, BaseImage: "b", Args: map[string]string{"K": "v"}, Inputs: []string{"i"}}
-	same := base
-	if base.Tag("id") != same.Tag("id") {
-		t.Fatal("same inputs, different tags")
+	base := spec()
+	want := base.Tag("id")
+	if !regexp.MustCompile(`^localhost/aisb-x:[0-9a-f]{16}$`).MatchString(want) {
+		t.Fatalf("tag %q", want)
 	}
-	variants := map[string]Spec{}
-	v := base
-	v.Containerfile = []byte("FROM y")
-	variants["containerfile"] = v
-	v = base
-	v.Files = map[string][]byte{"a": []byte("2")}
-	variants["file content"] = v
-	v = base
-	v.Files = map[string][]byte{"b": []byte("1")}
-	variants["file name"] = v
-	v = base
-	v.Args = map[string]string{"K": "w"}
-	variants["arg"] = v
-	v = base
-	v.Inputs = []string{"j"}
-	variants["input"] = v
-	for name, s := range variants {
-		if s.Tag("id") == base.Tag("id") {
+	// Specs built apart, with maps filled in another order, hash the same:
+	// the tag must not depend on map iteration order.
+	for i := 0; i < 20; i++ {
+		other := Spec{Name: "aisb-x", Containerfile: []byte("FROM x"), Files: map[string][]byte{}, BaseImage: "b", Args: map[string]string{}}
+		for _, k := range []string{"c", "a", "b"} {
+			other.Files[k] = base.Files[k]
+		}
+		for _, k := range []string{"M", "K", "L"} {
+			other.Args[k] = base.Args[k]
+		}
+		if got := other.Tag("id"); got != want {
+			t.Fatalf("same inputs, different tags: %s and %s", got, want)
+		}
+	}
+	variants := map[string]func(*Spec){
+		"containerfile":       func(s *Spec) { s.Containerfile = []byte("FROM y") },
+		"file content":        func(s *Spec) { s.Files["a"] = []byte("9") },
+		"file name":           func(s *Spec) { s.Files["d"] = s.Files["a"]; delete(s.Files, "a") },
+		"arg":                 func(s *Spec) { s.Args["K"] = "z" },
+		"arg moved to a file": func(s *Spec) { delete(s.Args, "K"); s.Files["K"] = []byte("v") },
+	}
+	for name, change := range variants {
+		s := spec()
+		change(&s)
+		if s.Tag("id") == want {
 			t.Errorf("changing the %s keeps the tag", name)
 		}
 	}
-	if base.Tag("id2") == base.Tag("id") {
+	if base.Tag("id2") == want {
 		t.Error("changing the base image ID keeps the tag")
 	}
+}
+
+func TestLockRefusesNoDirectory(t *testing.T) {
+	if _, err := lock("", "x"); err == nil {
+		t.Error("a lock without a directory was taken (it would fall back to a shared one)")
+	}
+	dir := t.TempDir()
+	unlock, err := lock(filepath.Join(dir, "aisb"), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
 }

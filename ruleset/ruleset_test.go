@@ -11,26 +11,27 @@ import (
 
 	"github.com/google/nftables"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/internal/netnstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-func ep(s string) Endpoint {
+func ep(s string) contract.Endpoint {
 	ap := netip.MustParseAddrPort(s)
-	return Endpoint{Addr: ap.Addr(), Port: ap.Port()}
+	return contract.Endpoint{Addr: ap.Addr(), Port: ap.Port()}
 }
 
 func ptr[T any](v T) *T { return &v }
 
 // goldenPolicies are rendered to testdata/NAME.nft and, in the kernel test,
 // installed and listed back with nft.
-var goldenPolicies = map[string]Policy{
-	"allow":     {Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
-	"hostports": {Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
-	"slirp":     {Version: 1, Mode: ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
-	"none":      {Version: 1, Mode: ModeNone},
-	"nogate": {Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")},
+var goldenPolicies = map[string]contract.Policy{
+	"allow":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
+	"hostports": {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
+	"slirp":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
+	"none":      {Version: 1, Mode: contract.ModeNone},
+	"nogate": {Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")},
 		PinnedNets: []netip.Prefix{netip.MustParsePrefix("198.51.100.128/25"), netip.MustParsePrefix("192.0.2.0/24")}},
 }
 
@@ -57,28 +58,28 @@ func TestGolden(t *testing.T) {
 func TestBuild(t *testing.T) {
 	tests := []struct {
 		name    string
-		p       Policy
+		p       contract.Policy
 		want    []string // rule texts after loopback and established
 		wantErr error
 	}{
-		{"allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128"))}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
-		{"duplicate host port folded", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), HostPorts: []Endpoint{ep("100.64.0.1:3128")}}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
-		{"no-gate", Policy{Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, []string{"ip daddr 192.0.2.1 tcp dport 80 accept", "ip daddr 192.0.2.1 tcp dport 443 accept"}, nil},
-		{"none", Policy{Version: 1, Mode: ModeNone}, nil, nil},
-		{"open", Policy{Version: 1, Mode: ModeOpen}, nil, ErrOpen},
-		{"version", Policy{Version: 2, Mode: ModeNone}, nil, ErrPolicy},
-		{"mode", Policy{Version: 1, Mode: "wide"}, nil, ErrPolicy},
-		{"allow without gate", Policy{Version: 1, Mode: ModeAllow}, nil, ErrPolicy},
-		{"ipv6 gate", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("[::1]:3128"))}, nil, ErrPolicy},
-		{"gate port 0", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:0"))}, nil, ErrPolicy},
-		{"unspecified", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("0.0.0.0:3128"))}, nil, ErrPolicy},
-		{"none with ports", Policy{Version: 1, Mode: ModeNone, HostPorts: []Endpoint{ep("100.64.0.1:1")}}, nil, ErrPolicy},
-		{"pinned in allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, nil, ErrPolicy},
-		{"ipv6 pinned", Policy{Version: 1, Mode: ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("2001:db8::1")}}, nil, ErrPolicy},
-		{"pinned net", Policy{Version: 1, Mode: ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, []string{"ip daddr 192.0.2.0/24 tcp dport 80 accept", "ip daddr 192.0.2.0/24 tcp dport 443 accept"}, nil},
-		{"unmasked net", Policy{Version: 1, Mode: ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}}, nil, ErrPolicy},
-		{"too wide net", Policy{Version: 1, Mode: ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}, nil, ErrPolicy},
-		{"net in allow", Policy{Version: 1, Mode: ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, nil, ErrPolicy},
+		{"allow", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:3128"))}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
+		{"duplicate host port folded", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), HostPorts: []contract.Endpoint{ep("100.64.0.1:3128")}}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
+		{"no-gate", contract.Policy{Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, []string{"ip daddr 192.0.2.1 tcp dport 80 accept", "ip daddr 192.0.2.1 tcp dport 443 accept"}, nil},
+		{"none", contract.Policy{Version: 1, Mode: contract.ModeNone}, nil, nil},
+		{"open", contract.Policy{Version: 1, Mode: contract.ModeOpen}, nil, ErrOpen},
+		{"version", contract.Policy{Version: 2, Mode: contract.ModeNone}, nil, contract.ErrPolicy},
+		{"mode", contract.Policy{Version: 1, Mode: "wide"}, nil, contract.ErrPolicy},
+		{"allow without gate", contract.Policy{Version: 1, Mode: contract.ModeAllow}, nil, contract.ErrPolicy},
+		{"ipv6 gate", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("[::1]:3128"))}, nil, contract.ErrPolicy},
+		{"gate port 0", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:0"))}, nil, contract.ErrPolicy},
+		{"unspecified", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("0.0.0.0:3128"))}, nil, contract.ErrPolicy},
+		{"none with ports", contract.Policy{Version: 1, Mode: contract.ModeNone, HostPorts: []contract.Endpoint{ep("100.64.0.1:1")}}, nil, contract.ErrPolicy},
+		{"pinned in allow", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, nil, contract.ErrPolicy},
+		{"ipv6 pinned", contract.Policy{Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("2001:db8::1")}}, nil, contract.ErrPolicy},
+		{"pinned net", contract.Policy{Version: 1, Mode: contract.ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, []string{"ip daddr 192.0.2.0/24 tcp dport 80 accept", "ip daddr 192.0.2.0/24 tcp dport 443 accept"}, nil},
+		{"unmasked net", contract.Policy{Version: 1, Mode: contract.ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")}}, nil, contract.ErrPolicy},
+		{"too wide net", contract.Policy{Version: 1, Mode: contract.ModeNoGate, PinnedNets: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}, nil, contract.ErrPolicy},
+		{"net in allow", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), PinnedNets: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}, nil, contract.ErrPolicy},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,19 +101,6 @@ func TestBuild(t *testing.T) {
 				t.Errorf("rules %v, want loopback, established, %q", rs.Rules, tt.want)
 			}
 		})
-	}
-}
-
-func TestParsePolicy(t *testing.T) {
-	p, err := ParsePolicy([]byte(`{"version":1,"mode":"allow","gate":{"addr":"100.64.0.1","port":3128}}`))
-	if err != nil || p.Gate.Port != 3128 {
-		t.Fatalf("%+v %v", p, err)
-	}
-	for _, bad := range []string{``, `{}`, `{"version":1,"mode":"allow","gate":{"addr":"100.64.0.1","port":3128},"extra":1}`,
-		`{"version":1,"mode":"none"} {}`, `{"version":1,"mode":"allow","gate":{"addr":"not-an-ip","port":1}}`} {
-		if _, err := ParsePolicy([]byte(bad)); !errors.Is(err, ErrPolicy) {
-			t.Errorf("ParsePolicy(%q) = %v, want ErrPolicy", bad, err)
-		}
 	}
 }
 

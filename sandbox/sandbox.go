@@ -5,7 +5,6 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,9 +18,8 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
-	"github.com/aisb-dev/aisb/entrypoint"
-	"github.com/aisb-dev/aisb/gate"
 )
 
 // Network helpers and how each shows the host's loopback to the container.
@@ -39,11 +37,11 @@ func MappedHost(helper string) string {
 }
 
 // networkFlag is podman's --network value for a mode and helper.
-func networkFlag(mode, helper string) string {
+func networkFlag(mode contract.Mode, helper string) string {
 	switch {
-	case mode == "none":
+	case mode == contract.ModeNone:
 		return "none"
-	case mode == "open":
+	case mode == contract.ModeOpen:
 		return helper
 	case helper == Slirp4netns:
 		return "slirp4netns:allow_host_loopback=true"
@@ -69,7 +67,7 @@ type Options struct {
 	Image      string
 	ProjectDir string
 	Command    []string
-	Mode       string // allow, none, no-gate, open
+	Mode       contract.Mode
 	Helper     string // pasta or slirp4netns
 	PolicyFile string // the session policy on the host, mounted read-only
 	Env        map[string]string
@@ -84,6 +82,7 @@ type Options struct {
 	CPUs       float64
 	Rlimits    []Rlimit
 	Owner      string
+	Logf       func(format string, args ...any) // aisb's messages (stderr)
 	Stdin      io.Reader
 	Stdout     io.Writer
 	Stderr     io.Writer
@@ -91,9 +90,6 @@ type Options struct {
 
 // ContainerName is the sandbox container's name.
 func ContainerName(session string) string { return "aisb-" + session }
-
-// ErrLimitsIgnored is returned when Podman says it would ignore the limits.
-var ErrLimitsIgnored = errors.New("resource limits cannot be enforced on this host")
 
 // Spec builds the container spec; exported for tests and doctor.
 func Spec(o Options) (*specgen.SpecGenerator, error) {
@@ -111,7 +107,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	// Root of the user namespace for the entrypoint's first moments; it
 	// becomes uid 1000 (the host user, through keep-id) before exec.
 	s.User = "0:0"
-	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", entrypoint.AgentUID, entrypoint.AgentGID))
+	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", contract.AgentUID, contract.AgentGID))
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +133,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	}
 	s.Mounts = []spec.Mount{
 		{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts},
-		{Type: "bind", Source: o.PolicyFile, Destination: entrypoint.PolicyPath, Options: []string{"ro"}},
+		{Type: "bind", Source: o.PolicyFile, Destination: contract.PolicyPath, Options: []string{"ro"}},
 	}
 	s.WorkDir = "/project"
 	s.Env = map[string]string{}
@@ -147,7 +143,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	s.Env["HOME"] = "/home/agent"
 	s.Terminal = ptr(o.Terminal)
 	s.Stdin = ptr(true)
-	s.Labels = map[string]string{gate.LabelKind: "sandbox", gate.LabelSession: o.Session, gate.LabelOwner: o.Owner}
+	s.Labels = map[string]string{engine.LabelKind: "sandbox", engine.LabelSession: o.Session, engine.LabelOwner: o.Owner}
 	if o.PidsLimit > 0 || o.Memory > 0 || o.CPUs > 0 {
 		s.ResourceLimits = &spec.LinuxResources{}
 		if o.PidsLimit > 0 {
@@ -185,14 +181,19 @@ func Run(c *engine.Conn, o Options) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("create sandbox: %w", err)
 	}
-	defer engine.Remove(c, s.Name)
+	defer func() {
+		if rerr := engine.Remove(c, s.Name); rerr != nil {
+			o.Logf("%v", rerr)
+		}
+	}()
 	for _, w := range resp.Warnings {
 		// Podman creates the container and ignores the limits where it
-		// cannot enforce them (rootless cgroup v1): never let that pass.
+		// cannot enforce them (rootless cgroup v1), saying so only in a
+		// create warning (text, not an error): never let that pass.
 		if (o.PidsLimit > 0 || o.Memory > 0 || o.CPUs > 0) && strings.Contains(strings.ToLower(w), "limits") {
-			return 0, fmt.Errorf("%w: podman says %q; use --rlimit-fallback for nproc/data/cpu-seconds limits instead", ErrLimitsIgnored, w)
+			return 0, fmt.Errorf("resource limits cannot be enforced on this host: podman says %q; use --rlimit-fallback for nproc/data/cpu-seconds limits instead", w)
 		}
-		fmt.Fprintf(o.Stderr, "aisb: podman: %s\n", w)
+		o.Logf("podman: %s", w)
 	}
 
 	ctx, cancel := context.WithCancel(c.Ctx)
@@ -227,7 +228,9 @@ func Run(c *engine.Conn, o Options) (int, error) {
 	defer signal.Stop(sigs)
 	go func() {
 		for sig := range sigs {
-			containers.Kill(c.Ctx, s.Name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal)))))
+			if err := containers.Kill(c.Ctx, s.Name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal))))); err != nil {
+				o.Logf("forward %v to the sandbox: %v", sig, err)
+			}
 		}
 	}()
 	code, err := containers.Wait(c.Ctx, s.Name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))

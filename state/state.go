@@ -1,5 +1,4 @@
-// Package state names where aisb keeps what a session leaves behind (its gate
-// files and audit log) and who owns a running session.
+// Package state names where aisb keeps its files and who owns a running session.
 package state
 
 import (
@@ -13,34 +12,59 @@ import (
 	"time"
 )
 
-// Dir is $XDG_STATE_HOME/aisb, else ~/.local/state/aisb.
-func Dir() (string, error) {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "aisb"), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("find state directory: set XDG_STATE_HOME or HOME: %w", err)
-	}
-	return filepath.Join(home, ".local", "state", "aisb"), nil
+// Paths are where aisb keeps its files, read from the environment once, at
+// the top of the command, and passed down.
+type Paths struct {
+	Config  string // $XDG_CONFIG_HOME/aisb, else ~/.config/aisb
+	State   string // $XDG_STATE_HOME/aisb, else ~/.local/state/aisb
+	Runtime string // $XDG_RUNTIME_DIR, else /run/user/UID (Podman's socket lives there)
 }
 
-// SessionDir holds one session's gate files.
-func SessionDir(id string) (string, error) { return sub("sessions", id) }
+// FromEnv reads the XDG directories through getenv (os.Getenv in aisb).
+func FromEnv(getenv func(string) string) (Paths, error) {
+	var p Paths
+	home := getenv("HOME")
+	xdg := func(name, fallback string) (string, error) {
+		if d := getenv(name); d != "" {
+			return filepath.Join(d, "aisb"), nil
+		}
+		if home == "" {
+			return "", fmt.Errorf("find aisb's directories: set %s or HOME", name)
+		}
+		return filepath.Join(home, fallback, "aisb"), nil
+	}
+	var err error
+	if p.Config, err = xdg("XDG_CONFIG_HOME", ".config"); err != nil {
+		return Paths{}, err
+	}
+	if p.State, err = xdg("XDG_STATE_HOME", filepath.Join(".local", "state")); err != nil {
+		return Paths{}, err
+	}
+	p.Runtime = getenv("XDG_RUNTIME_DIR")
+	if p.Runtime == "" {
+		p.Runtime = fmt.Sprintf("/run/user/%d", os.Getuid())
+	}
+	return p, nil
+}
+
+// UserConfig is the user's configuration file.
+func (p Paths) UserConfig() string { return filepath.Join(p.Config, "config.toml") }
+
+// TrustStore is the file `aisb trust` writes.
+func (p Paths) TrustStore() string { return filepath.Join(p.Config, "trusted") }
+
+// SessionDir holds one session's gate files and policy.
+func (p Paths) SessionDir(id string) string { return filepath.Join(p.State, "sessions", id) }
 
 // GateDir holds a long-lived gate's files.
-func GateDir(name string) (string, error) { return sub("gates", name) }
+func (p Paths) GateDir(name string) string { return filepath.Join(p.State, "gates", name) }
 
 // AuditDir holds one JSON-lines audit file per session.
-func AuditDir() (string, error) { return sub("audit") }
+func (p Paths) AuditDir() string { return filepath.Join(p.State, "audit") }
 
-func sub(parts ...string) (string, error) {
-	d, err := Dir()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(append([]string{d}, parts...)...), nil
-}
+// LockDir holds aisb's lock files: in the user's runtime directory, never a
+// directory another user can write.
+func (p Paths) LockDir() string { return filepath.Join(p.Runtime, "aisb") }
 
 // NewSessionID is sortable by start time and unique: 20261129-112233-a1b2c3.
 func NewSessionID() string {

@@ -29,3 +29,17 @@ func TestSessionID(t *testing.T) {
 		t.Errorf("ids %q %q", a, b)
 	}
 }
+
+func TestFromEnv(t *testing.T) {
+	env := map[string]string{"HOME": "/home/u", "XDG_STATE_HOME": "/s", "XDG_RUNTIME_DIR": "/run/user/7"}
+	p, err := FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Config != "/home/u/.config/aisb" || p.State != "/s/aisb" || p.Runtime != "/run/user/7" || p.LockDir() != "/run/user/7/aisb" {
+		t.Errorf("%+v", p)
+	}
+	if _, err := FromEnv(func(string) string { return "" }); err == nil {
+		t.Error("no HOME and no XDG directories: accepted")
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/ruleset"
 )
 
 // entrypointCaps is the smallest capability set the entrypoint needs for its
@@ -26,8 +26,8 @@ func TestEntrypointInRootlessContainer(t *testing.T) {
 
 	for _, h := range helpers {
 		t.Run(h.name, func(t *testing.T) {
-			policy := writePolicy(t, ruleset.Policy{Version: 1, Mode: ruleset.ModeAllow,
-				Gate: &ruleset.Endpoint{Addr: netip.MustParseAddr(h.mapped), Port: uint16(gatePort)}})
+			policy := writePolicy(t, contract.Policy{Version: 1, Mode: contract.ModeAllow,
+				Gate: &contract.Endpoint{Addr: netip.MustParseAddr(h.mapped), Port: uint16(gatePort)}})
 			sandboxed := func(caps []string, argv ...string) testhost.Result {
 				args := append([]string{"run", "--rm", "--network=" + h.network}, caps...)
 				args = append(args, "-v", ep+":/aisb-entrypoint:ro", "-v", policy+":/etc/aisb/policy.json:ro",

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/ruleset"
 )
 
 // helper is one rootless network helper and how the sandbox sees the host's loopback.
@@ -46,7 +46,7 @@ func listenLoopback(t *testing.T, greeting string) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func writePolicy(t *testing.T, p ruleset.Policy) string {
+func writePolicy(t *testing.T, p contract.Policy) string {
 	t.Helper()
 	b, err := json.Marshal(p)
 	if err != nil {

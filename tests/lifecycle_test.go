@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
 // sessionContainers lists the names of aisb's containers.
 func sessionContainers(t *testing.T) []string {
 	t.Helper()
-	r := testhost.Podman(t, "ps", "-a", "--filter", "label="+gate.LabelKind, "--format", "{{.Names}}")
+	r := testhost.Podman(t, "ps", "-a", "--filter", "label="+engine.LabelKind, "--format", "{{.Names}}")
 	return strings.Fields(r.Stdout)
 }
 

@@ -3,19 +3,12 @@
 package tests
 
 import (
-	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testhost.Cleanup()
-	os.Exit(code)
-}
 
 // TestHostSmoke proves the test host itself: as the test user, a rootless
 // container with no sandbox reaches the upstream's 80, 443, 22 and 53 directly,

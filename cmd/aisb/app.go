@@ -5,31 +5,82 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/config"
+	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/state"
 )
+
+// appEnv is everything aisb takes from its environment, read once at the
+// top of run and passed down.
+type appEnv struct {
+	paths      state.Paths
+	pathsErr   error
+	where      engine.Where
+	entrypoint string // $AISB_ENTRYPOINT
+	trace      bool   // $AISB_TRACE
+	logf       func(format string, args ...any)
+}
+
+func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
+	e := &appEnv{
+		entrypoint: getenv("AISB_ENTRYPOINT"),
+		trace:      getenv("AISB_TRACE") != "",
+		logf:       func(format string, args ...any) { fmt.Fprintf(stderr, "aisb: "+format+"\n", args...) },
+	}
+	e.paths, e.pathsErr = state.FromEnv(getenv)
+	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime}
+	return e
+}
+
+// version is set at build time (-ldflags "-X main.version=…"); otherwise
+// the module version and VCS revision recorded by the Go toolchain.
+var version = ""
+
+func versionString() string {
+	v, commit := version, "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				commit = s.Value
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return fmt.Sprintf("%s (commit %s)", v, commit)
+}
 
 // run builds the CLI and returns the process exit status. stdout carries the
 // command's output (or --json); everything else goes to stderr.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := newAppEnv(os.Getenv, stderr)
 	app := &cli.App{
-		Name:      "aisb",
-		Usage:     "run an AI coding agent in a rootless Podman sandbox with an explicit egress allowlist",
-		Reader:    stdin,
-		Writer:    stdout,
-		ErrWriter: stderr,
+		Name:                 "aisb",
+		Usage:                "run an AI coding agent in a rootless Podman sandbox with an explicit egress allowlist",
+		Version:              versionString(),
+		EnableBashCompletion: true,
+		Reader:               stdin,
+		Writer:               stdout,
+		ErrWriter:            stderr,
 		Commands: []*cli.Command{
-			runCommand(),
-			configCommand(),
-			trustCommand(),
-			gateCommand(),
-			imageCommand(),
-			doctorCommand(),
-			auditCommand(),
-			watchdogCommand(),
-			followCommand(),
+			runCommand(e),
+			configCommand(e),
+			trustCommand(e),
+			gateCommand(e),
+			imageCommand(e),
+			doctorCommand(e),
+			auditCommand(e),
+			completionCommand(),
+			watchdogCommand(e),
+			followCommand(e),
 		},
 		DisableSliceFlagSeparator: true,
 		// Errors are printed once, below, with the exit status they carry.
@@ -67,29 +118,44 @@ func (e *exitError) ExitCode() int { return e.code }
 
 func exitWith(code int, err error) error { return &exitError{code: code, err: err} }
 
-// resolveConfig merges the user's file, this directory's .aisb.toml (when
-// withProject) and the flags, and says on stderr what was ignored. Errors
+// errSilent carries an exit status that needs no message.
+var errSilent = errors.New("")
+
+// resolve is how a command wants its configuration.
+type resolve struct {
+	project bool // read the project directory's .aisb.toml
+	harness bool // join the harness's hosts (a session's list)
+}
+
+// resolveConfig merges the user's file, the project's .aisb.toml (when
+// how.project) and the flags, and says on stderr what was ignored. Errors
 // carry exit 78. src.ProjectDir is this directory, also without a project file.
-func resolveConfig(c *cli.Context, withProject bool, ov config.Overrides) (r *config.Resolved, src config.Sources, err error) {
+func resolveConfig(e *appEnv, how resolve, ov config.Overrides) (r *config.Resolved, src config.Sources, err error) {
+	if e.pathsErr != nil {
+		return nil, src, exitWith(config.ExitConfig, e.pathsErr)
+	}
 	dir, err := workDir()
 	if err != nil {
 		return nil, src, err
 	}
-	if src, err = config.DefaultSources(dir); err != nil {
-		return nil, src, exitWith(config.ExitConfig, err)
-	}
+	src = config.Sources{UserFile: e.paths.UserConfig(), ProjectDir: dir, TrustFile: e.paths.TrustStore()}
 	resolveSrc := src
-	if !withProject {
+	if !how.project {
 		resolveSrc.ProjectDir = ""
 	}
 	if r, err = config.Resolve(resolveSrc); err != nil {
 		return nil, src, exitWith(config.ExitConfig, err)
 	}
 	for _, n := range r.Notices {
-		fmt.Fprintf(c.App.ErrWriter, "aisb: %s\n", n)
+		e.logf("%s", n)
 	}
 	if err := r.Apply(ov); err != nil {
 		return nil, src, exitWith(config.ExitConfig, err)
+	}
+	if how.harness {
+		if err := r.JoinHarness(); err != nil {
+			return nil, src, exitWith(config.ExitConfig, err)
+		}
 	}
 	return r, src, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,10 +18,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/tail"
 )
 
-func auditCommand() *cli.Command {
+func auditCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:  "audit",
 		Usage: "show what the gates allowed and blocked, and how to allow a blocked host",
@@ -39,16 +38,15 @@ EXAMPLE:
 			&cli.StringFlag{Name: "session", Usage: "only session (or long-lived gate) `ID`"},
 			&cli.BoolFlag{Name: "json", Usage: "the JSON lines as written"},
 		},
-		Action: auditAction,
+		Action: func(c *cli.Context) error { return auditAction(c, e) },
 	}
 }
 
-func auditAction(c *cli.Context) error {
-	dir, err := state.AuditDir()
-	if err != nil {
-		return err
+func auditAction(c *cli.Context, e *appEnv) error {
+	if e.pathsErr != nil {
+		return e.pathsErr
 	}
-	files, err := auditFiles(dir, c.String("session"))
+	files, err := auditFiles(e.paths.AuditDir(), c.String("session"))
 	if err != nil {
 		return err
 	}
@@ -79,7 +77,7 @@ func auditAction(c *cli.Context) error {
 	}
 	ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	return follow(ctx, files[len(files)-1], print)
+	return tail.Follow(ctx, files[len(files)-1], print)
 }
 
 // auditFiles lists the audit files, oldest first, or the one of session.
@@ -133,36 +131,6 @@ func eachLine(path string, fn func([]byte) error) error {
 		}
 	}
 	return sc.Err()
-}
-
-// follow prints the file's lines and then new ones as they are appended.
-func follow(ctx context.Context, path string, fn func([]byte) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	defer f.Close()
-	r := bufio.NewReader(f)
-	var partial []byte
-	for {
-		line, err := r.ReadBytes('\n')
-		partial = append(partial, line...)
-		if err == nil {
-			if err := fn(partial[:len(partial)-1]); err != nil {
-				return err
-			}
-			partial = partial[:0]
-			continue
-		}
-		if !errors.Is(err, io.EOF) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
 }
 
 func printEvent(w io.Writer, e gate.Event) error {

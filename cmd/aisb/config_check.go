@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/config"
 )
 
-func configCommand() *cli.Command {
+func configCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:  "config",
 		Usage: "check configuration files",
@@ -27,12 +28,12 @@ what of an untrusted project file would be ignored.
 EXAMPLE:
    aisb config check ~/.config/aisb/config.toml
    aisb config check`,
-			Action: configCheck,
+			Action: func(c *cli.Context) error { return configCheck(c, e) },
 		}},
 	}
 }
 
-func configCheck(c *cli.Context) error {
+func configCheck(c *cli.Context, e *appEnv) error {
 	stdout := c.App.Writer
 	if c.NArg() > 1 {
 		return exitWith(2, errors.New("config check takes at most one FILE"))
@@ -47,7 +48,7 @@ func configCheck(c *cli.Context) error {
 		fmt.Fprintf(stdout, "%s: ok\n", file)
 		return nil
 	}
-	r, src, err := resolveConfig(c, true, config.Overrides{})
+	r, src, err := resolveConfig(e, resolve{project: true, harness: true}, config.Overrides{})
 	if err != nil {
 		return err
 	}
@@ -56,7 +57,14 @@ func configCheck(c *cli.Context) error {
 			fmt.Fprintf(stdout, "%s: ok\n", f)
 		}
 	}
-	fmt.Fprintf(stdout, "effective: mode %s, %d allowed hosts, %d host ports, %d variables passed\n",
-		r.Config.Network.Mode, len(r.Allowlist), len(r.Config.Network.HostPorts), len(r.Config.Env.Pass)+len(r.Config.Env.Set))
+	fmt.Fprintf(stdout, "effective: mode %s, %d allowed hosts (%d of them the %s harness's), %d host ports, %d variables passed\n",
+		r.Config.Network.Mode, len(r.Allowlist), len(r.HarnessHosts), r.Config.Sandbox.Harness, len(r.Config.Network.HostPorts), len(r.Config.Env.Pass)+len(r.Config.Env.Set))
+	for _, h := range r.Allowlist {
+		from := ""
+		if slices.Contains(r.HarnessHosts, h) {
+			from = "  (harness)"
+		}
+		fmt.Fprintf(stdout, "  allow %s%s\n", h, from)
+	}
 	return nil
 }

@@ -69,14 +69,14 @@ func TestTrustLiftsNarrowing(t *testing.T) {
 	os.WriteFile(filepath.Join(proj, ".aisb.toml"), []byte("version = 1\n[network]\nallowed_hosts = [\"evil.example\"]\n"), 0o644)
 
 	code, out, errs := runAisb(t, proj, "config", "check")
-	if code != 0 || !strings.Contains(errs, `"evil.example" ignored`) || !strings.Contains(out, "0 allowed hosts") {
+	if code != 0 || !strings.Contains(errs, `"evil.example" ignored`) || strings.Contains(out, "allow evil.example") {
 		t.Fatalf("untrusted: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	if code, _, errs := runAisb(t, proj, "trust"); code != 0 {
 		t.Fatalf("trust: exit %d, %s", code, errs)
 	}
 	code, out, errs = runAisb(t, proj, "config", "check")
-	if code != 0 || strings.Contains(errs, "ignored") || !strings.Contains(out, "1 allowed hosts") {
+	if code != 0 || strings.Contains(errs, "ignored") || !strings.Contains(out, "  allow evil.example\n") {
 		t.Fatalf("trusted: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }

@@ -10,10 +10,10 @@ import (
 
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/doctor"
-	"github.com/aisb-dev/aisb/session"
+	"github.com/aisb-dev/aisb/sandbox"
 )
 
-func doctorCommand() *cli.Command {
+func doctorCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:  "doctor",
 		Usage: "measure this host's isolation live before you trust it",
@@ -34,26 +34,31 @@ EXAMPLE:
 			baseImageFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			r, _, err := resolveConfig(c, false, config.Overrides{BaseImage: c.String("base-image")})
+			r, _, err := resolveConfig(e, resolve{}, config.Overrides{BaseImage: c.String("base-image")})
 			if err != nil {
 				return err
 			}
-			ep, err := session.FindEntrypoint()
+			ep, err := sandbox.FindEntrypoint(e.entrypoint)
 			if err != nil {
 				return err
 			}
-			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: ep})
+			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: ep,
+				Where: e.where, Paths: e.paths, Logf: e.logf, Progress: c.App.ErrWriter})
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				for _, ch := range rep.Checks {
-					enc.Encode(ch)
+					if err := enc.Encode(ch); err != nil {
+						return err
+					}
 				}
 			} else {
 				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 				for _, ch := range rep.Checks {
 					fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, ch.Reason)
 				}
-				tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
 			if rep.Failed() {
 				return exitWith(1, errors.New("doctor: at least one check failed"))

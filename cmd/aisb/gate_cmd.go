@@ -1,33 +1,26 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/session"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/reaper"
 )
 
 var gateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)
 
-func gateCommand() *cli.Command {
+func gateCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:  "gate",
 		Usage: "manage long-lived gates that sessions can share",
@@ -49,14 +42,14 @@ EXAMPLE:
 					&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST`; repeatable"},
 					baseImageFlag(),
 				},
-				Action: gateUp,
+				Action: func(c *cli.Context) error { return gateUp(c, e) },
 			},
-			{Name: "down", Usage: "stop and remove the long-lived gate NAME", ArgsUsage: "NAME", Action: gateDown},
+			{Name: "down", Usage: "stop and remove the long-lived gate NAME", ArgsUsage: "NAME", Action: func(c *cli.Context) error { return gateDown(c, e) }},
 			{
 				Name:   "status",
 				Usage:  "list running gates",
 				Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per gate on stdout"}},
-				Action: gateStatus,
+				Action: func(c *cli.Context) error { return gateStatus(c, e) },
 			},
 		},
 	}
@@ -70,43 +63,35 @@ func gateName(c *cli.Context) (string, error) {
 	return name, nil
 }
 
-func connectAndReap(ctx context.Context, c *cli.Context) (*engine.Conn, error) {
-	conn, err := engine.Connect(ctx)
+// connectAndReap connects to Podman and removes what dead sessions left.
+func connectAndReap(c *cli.Context, e *appEnv) (*engine.Conn, error) {
+	if e.pathsErr != nil {
+		return nil, e.pathsErr
+	}
+	conn, err := engine.Connect(c.Context, e.where)
 	if err != nil {
 		return nil, err
 	}
-	session.Reap(conn, c.App.ErrWriter)
+	reaper.Reap(conn, e.logf)
 	return conn, nil
 }
 
-func gateUp(c *cli.Context) error {
+func gateUp(c *cli.Context, e *appEnv) error {
 	name, err := gateName(c)
 	if err != nil {
 		return err
 	}
 	// A shared gate takes the user's configuration only, never a project's.
-	r, _, err := resolveConfig(c, false, config.Overrides{Allow: c.StringSlice("allow"), BaseImage: c.String("base-image")})
+	r, _, err := resolveConfig(e, resolve{}, config.Overrides{Allow: c.StringSlice("allow"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c.Context, c)
+	conn, err := connectAndReap(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	gdir, err := state.GateDir(name)
-	if err != nil {
-		return err
-	}
-	img, _, err := image.Ensure(conn, gate.ImageSpec(r.Config.Sandbox.BaseImage), c.App.ErrWriter)
-	if err != nil {
-		return err
-	}
-	if _, err := gate.Find(conn, name, gdir); err == nil {
-		return fmt.Errorf("gate up: %s is already running; aisb gate down %s first", name, name)
-	}
-	engine.Remove(conn, gate.ContainerName(name))
-	g, err := gate.Start(conn, gate.Options{Session: name, Dir: gdir, Image: img, Allowlist: r.Allowlist, DNS: r.Config.Network.Resolvers()})
+	img, _, err := image.Ensure(conn, gate.ImageSpec(r.Config.Sandbox.BaseImage), image.Build{LockDir: e.paths.LockDir(), Progress: c.App.ErrWriter, Logf: e.logf})
 	if err != nil {
 		return err
 	}
@@ -115,73 +100,44 @@ func gateUp(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	f := exec.Command(self, "internal-follow", "--gate", name, "--port", strconv.Itoa(g.Port))
-	f.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := f.Start(); err != nil {
-		g.Stop(conn)
-		return fmt.Errorf("gate up: start the audit follower: %w", err)
+	g, err := gate.Up(conn, gate.UpOptions{Name: name, Dir: e.paths.GateDir(name), Image: img, Allowlist: r.Allowlist,
+		DNS: r.Config.Network.Resolvers(), Follower: []string{self, "internal-follow", "--gate", name}})
+	if err != nil {
+		return err
 	}
-	os.WriteFile(filepath.Join(gdir, "follower.pid"), []byte(strconv.Itoa(f.Process.Pid)), 0o600)
 	fmt.Fprintf(c.App.Writer, "gate %s listening on %s with %d allowed hosts\n", name, g.Addr(), len(r.Allowlist))
 	return nil
 }
 
-func gateDown(c *cli.Context) error {
+func gateDown(c *cli.Context, e *appEnv) error {
 	name, err := gateName(c)
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c.Context, c)
+	conn, err := connectAndReap(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := engine.Remove(conn, gate.ContainerName(name)); err != nil {
+	if err := gate.Down(conn, name, e.paths.GateDir(name)); err != nil {
 		return err
-	}
-	if gdir, err := state.GateDir(name); err == nil {
-		if b, err := os.ReadFile(filepath.Join(gdir, "follower.pid")); err == nil {
-			if pid, err := strconv.Atoi(string(b)); err == nil {
-				syscall.Kill(pid, syscall.SIGTERM)
-			}
-			os.Remove(filepath.Join(gdir, "follower.pid"))
-		}
 	}
 	fmt.Fprintf(c.App.Writer, "gate %s removed\n", name)
 	return nil
 }
 
-type gateInfo struct {
-	Name      string `json:"name"`
-	Session   string `json:"session"`
-	LongLived bool   `json:"long_lived"`
-	State     string `json:"state"`
-	Container string `json:"container"`
-}
-
-func gateStatus(c *cli.Context) error {
-	conn, err := connectAndReap(c.Context, c)
+func gateStatus(c *cli.Context, e *appEnv) error {
+	conn, err := connectAndReap(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	list, err := containers.List(conn.Ctx, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"label": {gate.LabelKind + "=gate"}}))
+	infos, err := gate.List(conn)
 	if err != nil {
-		return fmt.Errorf("gate status: %w", err)
-	}
-	var infos []gateInfo
-	for _, ctr := range list {
-		_, owned := ctr.Labels[gate.LabelOwner]
-		infos = append(infos, gateInfo{Name: ctr.Labels[gate.LabelSession], Session: ctr.Labels[gate.LabelSession],
-			LongLived: !owned, State: ctr.State, Container: ctr.Names[0]})
+		return err
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
-		for _, i := range infos {
-			enc.Encode(i)
-		}
-		return nil
+		return encodeEach(c.App.Writer, infos)
 	}
 	if len(infos) == 0 {
 		fmt.Fprintln(c.App.Writer, "no gates running")
@@ -199,25 +155,21 @@ func gateStatus(c *cli.Context) error {
 	return tw.Flush()
 }
 
-func followCommand() *cli.Command {
+func followCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:   "internal-follow",
 		Hidden: true,
 		Usage:  "follow a long-lived gate's access log into its audit file while it listens",
 		Flags:  []cli.Flag{&cli.StringFlag{Name: "gate", Required: true}, &cli.IntFlag{Name: "port", Required: true}},
 		Action: func(c *cli.Context) error {
-			gdir, err := state.GateDir(c.String("gate"))
-			if err != nil {
-				return err
-			}
-			g := &gate.Gate{Session: c.String("gate"), Port: c.Int("port"), Dir: gdir}
+			name := c.String("gate")
+			g := &gate.Gate{Session: name, Port: c.Int("port"), Dir: e.paths.GateDir(name)}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
-			stop, err := session.FollowAudit(ctx, g)
+			stop, err := gate.FollowAudit(ctx, g, e.paths.AuditDir(), e.logf)
 			if err != nil {
 				return err
 			}
-			defer stop()
 			// Follow for as long as the gate listens, or until gate down.
 			for misses := 0; misses < 3 && ctx.Err() == nil; {
 				select {
@@ -231,7 +183,7 @@ func followCommand() *cli.Command {
 				}
 			}
 			cancel()
-			return nil
+			return stop()
 		},
 	}
 }

@@ -3,21 +3,19 @@ package main
 import (
 	"fmt"
 	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/session"
+	"github.com/aisb-dev/aisb/sandbox"
 )
 
-func imageCommand() *cli.Command {
+func imageCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:  "image",
 		Usage: "build the sandbox and gate images ahead of time, or list them",
@@ -37,15 +35,20 @@ EXAMPLE:
 					&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell (default: sandbox.harness)"},
 					baseImageFlag(),
 				},
-				Action: imageBuild,
+				Action: func(c *cli.Context) error { return imageBuild(c, e) },
 			},
-			{Name: "ls", Usage: "list the images aisb built", Action: imageList},
+			{
+				Name:   "ls",
+				Usage:  "list the images aisb built",
+				Flags:  []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "one JSON object per image on stdout"}},
+				Action: func(c *cli.Context) error { return imageList(c, e) },
+			},
 		},
 	}
 }
 
-func imageBuild(c *cli.Context) error {
-	r, _, err := resolveConfig(c, true, config.Overrides{Harness: c.String("harness"), BaseImage: c.String("base-image")})
+func imageBuild(c *cli.Context, e *appEnv) error {
+	r, _, err := resolveConfig(e, resolve{project: true}, config.Overrides{Harness: c.String("harness"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
 	}
@@ -53,7 +56,7 @@ func imageBuild(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ep, err := session.FindEntrypoint()
+	ep, err := sandbox.FindEntrypoint(e.entrypoint)
 	if err != nil {
 		return err
 	}
@@ -61,14 +64,14 @@ func imageBuild(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c.Context, c)
+	conn, err := connectAndReap(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	for _, spec := range []image.Spec{session.ImageSpec(r.Config.Sandbox.BaseImage, h, epBytes), gate.ImageSpec(r.Config.Sandbox.BaseImage)} {
+	for _, spec := range []image.Spec{sandbox.ImageSpec(r.Config.Sandbox.BaseImage, h, epBytes), gate.ImageSpec(r.Config.Sandbox.BaseImage)} {
 		start := time.Now()
-		tag, built, err := image.Ensure(conn, spec, c.App.ErrWriter)
+		tag, built, err := image.Ensure(conn, spec, image.Build{LockDir: e.paths.LockDir(), Progress: c.App.ErrWriter, Logf: e.logf})
 		if err != nil {
 			return err
 		}
@@ -81,24 +84,23 @@ func imageBuild(c *cli.Context) error {
 	return nil
 }
 
-func imageList(c *cli.Context) error {
-	conn, err := connectAndReap(c.Context, c)
+func imageList(c *cli.Context, e *appEnv) error {
+	conn, err := connectAndReap(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	list, err := images.List(conn.Ctx, new(images.ListOptions).WithFilters(map[string][]string{"label": {image.Label}}))
+	list, err := image.List(conn)
 	if err != nil {
-		return fmt.Errorf("image ls: %w", err)
+		return err
+	}
+	if c.Bool("json") {
+		return encodeEach(c.App.Writer, list)
 	}
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IMAGE\tCREATED\tSIZE")
 	for _, img := range list {
-		for _, tag := range img.RepoTags {
-			if strings.HasPrefix(tag, "localhost/aisb-") {
-				fmt.Fprintf(tw, "%s\t%s\t%d MB\n", tag, time.Unix(img.Created, 0).Format("2006-01-02 15:04"), img.Size/1e6)
-			}
-		}
+		fmt.Fprintf(tw, "%s\t%s\t%d MB\n", img.Tag, img.Created.Format("2006-01-02 15:04"), img.Size/1e6)
 	}
 	return tw.Flush()
 }

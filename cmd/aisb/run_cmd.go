@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"os"
 	"strings"
 
@@ -9,10 +8,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/aisb-dev/aisb/config"
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/reaper"
+	"github.com/aisb-dev/aisb/sandbox"
 	"github.com/aisb-dev/aisb/session"
 )
 
-func runCommand() *cli.Command {
+func runCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run COMMAND (default: the harness) in a sandbox of this directory",
@@ -45,13 +47,12 @@ EXAMPLE:
 			&cli.Uint64Flag{Name: "cpu-seconds", Usage: "with --rlimit-fallback: at most `N` seconds of CPU time per process"},
 			&cli.BoolFlag{Name: "allow-unenforced", Usage: "run even if the network table cannot be installed (never the default)"},
 		},
-		Action: runAction,
+		Action: func(c *cli.Context) error { return runAction(c, e) },
 	}
 }
 
-func runAction(c *cli.Context) error {
-	stderr := c.App.ErrWriter
-	r, src, err := resolveConfig(c, true, config.Overrides{
+func runAction(c *cli.Context, e *appEnv) error {
+	r, src, err := resolveConfig(e, resolve{project: true, harness: true}, config.Overrides{
 		Mode: c.String("net"), Allow: c.StringSlice("allow"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
 		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"),
@@ -59,7 +60,7 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ep, err := session.FindEntrypoint()
+	ep, err := sandbox.FindEntrypoint(e.entrypoint)
 	if err != nil {
 		return err
 	}
@@ -69,11 +70,11 @@ func runAction(c *cli.Context) error {
 	}
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	code, err := session.Run(c.Context, session.Options{
-		Config: r, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
+		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
-		Entrypoint: ep, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY,
-		Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: stderr,
+		Entrypoint: ep, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Trace: e.trace,
+		Logf: e.logf, Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {
 		return err
@@ -88,10 +89,7 @@ func baseImageFlag() cli.Flag {
 	return &cli.StringFlag{Name: "base-image", EnvVars: []string{"AISB_BASE_IMAGE"}, Usage: "build images on this `IMAGE` (default: sandbox.base_image)"}
 }
 
-// errSilent carries an exit status that needs no message.
-var errSilent = errors.New("")
-
-func watchdogCommand() *cli.Command {
+func watchdogCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:   "internal-watchdog",
 		Hidden: true,
@@ -101,7 +99,8 @@ func watchdogCommand() *cli.Command {
 			&cli.StringFlag{Name: "session", Required: true},
 		},
 		Action: func(c *cli.Context) error {
-			return session.Watch(c.Context, c.String("owner"), c.String("session"), c.App.ErrWriter)
+			s := c.String("session")
+			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)})
 		},
 	}
 }

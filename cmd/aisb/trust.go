@@ -10,7 +10,7 @@ import (
 	"github.com/aisb-dev/aisb/config"
 )
 
-func trustCommand() *cli.Command {
+func trustCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:      "trust",
 		Usage:     "let this project's .aisb.toml widen the sandbox, exactly as it is now",
@@ -30,11 +30,10 @@ EXAMPLE:
 					return err
 				}
 			}
-			src, err := config.DefaultSources(dir)
-			if err != nil {
-				return exitWith(config.ExitConfig, err)
+			if e.pathsErr != nil {
+				return exitWith(config.ExitConfig, e.pathsErr)
 			}
-			f, err := config.Trust(src.TrustFile, dir)
+			f, err := config.Trust(e.paths.TrustStore(), dir)
 			if errors.Is(err, fs.ErrNotExist) {
 				return exitWith(config.ExitConfig, fmt.Errorf("trust: no %s in %s", config.ProjectFileName, dir))
 			}

@@ -26,7 +26,6 @@ import (
 const (
 	User         = "aisbtest"
 	BaseImage    = "localhost/aisb-base:trixie"
-	UpstreamNS   = "aisb-up"
 	UpstreamAddr = "198.51.100.10"   // HTTP 80/8080, HTTPS 443, banner 22, UDP echo 9999, DNS 53
 	Upstream6    = "2001:db8:77::10" // the same host over IPv6
 	HostSelf     = "198.51.100.1"    // the root namespace's end of the veth: "the host's own address"
@@ -159,31 +158,16 @@ func Podman(t testing.TB, args ...string) Result {
 	return Run(t, UserCommand(ctx, append([]string{"podman"}, args...)...))
 }
 
-var (
-	buildMu sync.Mutex
-	built   = map[string]string{}
-	shared  string
-)
-
 // Binary builds the static Go program in the package pkg (relative to the
-// repository) once per test binary, into a directory the test user can read,
-// and returns its path.
+// repository) into a directory the test user can read, removed when the test
+// ends, and returns its path. Go's build cache makes a rebuild a relink.
 func Binary(t testing.TB, pkg string, tags ...string) string {
 	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := built[pkg]; ok {
-		return p
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if shared == "" {
-		dir, err := os.MkdirTemp("", "aisb-test-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(dir, 0o755)
-		shared = dir
-	}
-	out := filepath.Join(shared, filepath.Base(pkg))
+	out := filepath.Join(dir, filepath.Base(pkg))
 	args := []string{"build", "-o", out}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, " "))
@@ -194,19 +178,7 @@ func Binary(t testing.TB, pkg string, tags ...string) string {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", pkg, err, b)
 	}
-	built[pkg] = out
 	return out
-}
-
-// Cleanup removes the shared build directory; call it from TestMain.
-func Cleanup() {
-	if shared != "" {
-		os.RemoveAll(shared)
-	}
-	if svcCmd != nil {
-		svcCmd.Process.Signal(syscall.SIGTERM)
-		svcCmd.Wait()
-	}
 }
 
 // DNSQueries returns the names the upstream's resolver was asked for since
@@ -243,28 +215,16 @@ func DNSMark(t testing.TB) int64 {
 	return fi.Size()
 }
 
-var (
-	svcMu  sync.Mutex
-	svcURI string
-	svcCmd *exec.Cmd
-)
-
-// Service starts `podman system service` as the test user once per test
-// binary and returns its URI, for code that drives Podman through the
-// bindings (set it as CONTAINER_HOST). Cleanup stops it.
+// Service starts `podman system service` as the test user and returns its
+// URI, for code that drives Podman through the bindings (set it as
+// CONTAINER_HOST); it is stopped when the test ends.
 func Service(t testing.TB) string {
 	t.Helper()
-	Require(t)
-	svcMu.Lock()
-	defer svcMu.Unlock()
-	if svcURI == "" {
-		svcURI, svcCmd = startService(t, nil)
-	}
-	return svcURI
+	return ServiceWith(t, nil)
 }
 
-// ServiceWith starts a service of its own with extra environment (say, a
-// PATH without pasta), stopped when the test ends.
+// ServiceWith starts a service with extra environment (say, a PATH without
+// pasta), stopped when the test ends.
 func ServiceWith(t testing.TB, env []string) string {
 	t.Helper()
 	Require(t)

@@ -1,7 +1,8 @@
-package policy
+package allowlist
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -97,7 +98,7 @@ func TestParseHostRefuses(t *testing.T) {
 	}
 }
 
-func TestParseAllowlist(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		name     string
 		in       []string
@@ -118,7 +119,7 @@ func TestParseAllowlist(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			hosts, errs := ParseAllowlist(tt.in)
+			hosts, errs := Parse(tt.in)
 			var got []string
 			for _, h := range hosts {
 				got = append(got, h.String())
@@ -135,27 +136,6 @@ func TestParseAllowlist(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestMatches(t *testing.T) {
-	dom, _ := ParseHost(".example.com")
-	exact, _ := ParseHost("api.example.org")
-	for _, tt := range []struct {
-		h    Host
-		name string
-		want bool
-	}{
-		{dom, "example.com", true},
-		{dom, "a.b.example.com", true},
-		{dom, "badexample.com", false},
-		{dom, "example.com.evil.test", false},
-		{exact, "api.example.org", true},
-		{exact, "x.api.example.org", false},
-	} {
-		if got := tt.h.Matches(tt.name); got != tt.want {
-			t.Errorf("%v.Matches(%q) = %v, want %v", tt.h, tt.name, got, tt.want)
-		}
 	}
 }
 
@@ -187,4 +167,27 @@ func FuzzParseHost(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestAddAndNarrow(t *testing.T) {
+	parse := func(in ...string) []Host {
+		t.Helper()
+		hs, errs := Parse(in)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return hs
+	}
+	list := parse("a.example", "b.example.com")
+	got := Add(list, parse(".example.com")[0])
+	if s := fmt.Sprint(got); s != "[a.example .example.com]" {
+		t.Errorf("Add of a covering domain = %s", s)
+	}
+	if got := Add(got, parse("x.example.com")[0]); len(got) != 2 {
+		t.Errorf("Add of a covered name grew the list: %v", got)
+	}
+	kept, dropped := Narrow(parse(".github.com", "a.example"), parse("api.github.com", "evil.example", "a.example"))
+	if fmt.Sprint(kept) != "[api.github.com a.example]" || fmt.Sprint(dropped) != "[evil.example]" {
+		t.Errorf("Narrow = %v, dropped %v", kept, dropped)
+	}
 }

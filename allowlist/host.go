@@ -1,18 +1,20 @@
-// Package policy decides what an allowlist entry may be: the one validator every
-// host name passes before it reaches the gate's squid.conf or the sandbox's table.
-package policy
+// Package allowlist parses allowlist entries once into typed hosts: the one validator every host passes.
+package allowlist
 
 import (
 	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
+
+	"github.com/aisb-dev/aisb/contract"
 )
 
 // Sentinel errors, one per kind of refusal, so callers and tests can tell them
@@ -60,9 +62,6 @@ type Host struct {
 	Net    netip.Prefix // a literally permitted IPv4 network (no-gate mode's CIDR entries)
 }
 
-// MinNetBits is the widest network an entry may name.
-const MinNetBits = 8
-
 // String renders the entry exactly as it was written (and accepted).
 func (h Host) String() string {
 	if h.Addr.IsValid() {
@@ -97,22 +96,6 @@ func (h Host) Covers(other Host) bool {
 		return !other.Domain && h.Name == other.Name
 	}
 	return other.Name == h.Name || strings.HasSuffix(other.Name, "."+h.Name)
-}
-
-// Matches reports whether a request for name is admitted by h. name must already be
-// lower-case without a trailing dot, as the gate sees it.
-func (h Host) Matches(name string) bool {
-	if h.IsAddr() {
-		return name == h.Addr.String()
-	}
-	if h.IsNet() {
-		a, err := netip.ParseAddr(name)
-		return err == nil && a.String() == name && h.Net.Contains(a)
-	}
-	if h.Domain {
-		return name == h.Name || strings.HasSuffix(name, "."+h.Name)
-	}
-	return name == h.Name
 }
 
 // ParseHost validates a single allowlist entry.
@@ -192,8 +175,8 @@ func parseNet(s string) (Host, *EntryError) {
 	switch {
 	case p.Bits() == 32:
 		return Host{}, refuse(ErrIPv4Form, "a /32 network is one address", fmt.Sprintf("write %q", p.Addr()))
-	case p.Bits() < MinNetBits:
-		return Host{}, refuse(ErrIPv4Form, fmt.Sprintf("a /%d network is wider than /%d", p.Bits(), MinNetBits), "list the hosts or narrower networks you mean")
+	case p.Bits() < contract.MinNetBits:
+		return Host{}, refuse(ErrIPv4Form, fmt.Sprintf("a /%d network is wider than /%d", p.Bits(), contract.MinNetBits), "list the hosts or narrower networks you mean")
 	case p.Masked() != p:
 		return Host{}, refuse(ErrIPv4Form, "host bits are set in the network", fmt.Sprintf("write %q", p.Masked()))
 	}
@@ -337,10 +320,10 @@ func parseName(s string) (Host, *EntryError) {
 	return Host{Name: name, Domain: domain}, nil
 }
 
-// ParseAllowlist validates a whole list. It returns the accepted entries and one
+// Parse validates a whole list. It returns the accepted entries and one
 // error per refused entry (with Index set); duplicates and entries covered by a
 // leading-dot entry are refused too, because squid fails to start on them.
-func ParseAllowlist(entries []string) ([]Host, []*EntryError) {
+func Parse(entries []string) ([]Host, []*EntryError) {
 	var hosts []Host
 	var idx []int
 	var errs []*EntryError
@@ -356,22 +339,7 @@ func ParseAllowlist(entries []string) ([]Host, []*EntryError) {
 	}
 	var out []Host
 	for i, h := range hosts {
-		var refused *EntryError
-		for j, o := range hosts {
-			if i == j {
-				continue
-			}
-			switch {
-			case o == h && j < i:
-				refused = &EntryError{Problem: fmt.Sprintf("duplicate of entry %d", idx[j]), Fix: "remove it", Kind: ErrDuplicate}
-			case o != h && o.Covers(h):
-				refused = &EntryError{Problem: fmt.Sprintf("already covered by %q (entry %d)", o.String(), idx[j]), Fix: "remove it", Kind: ErrCovered}
-			}
-			if refused != nil {
-				break
-			}
-		}
-		if refused != nil {
+		if refused := overlap(hosts, idx, i); refused != nil {
 			refused.Entry, refused.Index = entries[idx[i]], idx[i]
 			errs = append(errs, refused)
 			continue
@@ -380,6 +348,55 @@ func ParseAllowlist(entries []string) ([]Host, []*EntryError) {
 	}
 	sortErrors(errs)
 	return out, errs
+}
+
+// overlap says why hosts[i] may not stand beside the others: a duplicate of
+// an earlier entry, or covered by another. idx are the entries' positions.
+func overlap(hosts []Host, idx []int, i int) *EntryError {
+	h := hosts[i]
+	for j, o := range hosts {
+		switch {
+		case i == j:
+		case o == h && j < i:
+			return &EntryError{Problem: fmt.Sprintf("duplicate of entry %d", idx[j]), Fix: "remove it", Kind: ErrDuplicate}
+		case o != h && o.Covers(h):
+			return &EntryError{Problem: fmt.Sprintf("already covered by %q (entry %d)", o.String(), idx[j]), Fix: "remove it", Kind: ErrCovered}
+		}
+	}
+	return nil
+}
+
+// Covered reports whether some entry of list admits everything h admits.
+func Covered(list []Host, h Host) bool {
+	return slices.ContainsFunc(list, func(x Host) bool { return x.Covers(h) })
+}
+
+// Add returns list with h added, unless an entry already covers it; entries
+// that h covers are replaced by it, so the list never holds an overlap.
+func Add(list []Host, h Host) []Host {
+	if Covered(list, h) {
+		return list
+	}
+	out := make([]Host, 0, len(list)+1)
+	for _, x := range list {
+		if !h.Covers(x) {
+			out = append(out, x)
+		}
+	}
+	return append(out, h)
+}
+
+// Narrow keeps the entries of proposed that current covers (a project file
+// may take reach away, never add it) and returns the others as dropped.
+func Narrow(current, proposed []Host) (kept, dropped []Host) {
+	for _, h := range proposed {
+		if Covered(current, h) {
+			kept = append(kept, h)
+		} else {
+			dropped = append(dropped, h)
+		}
+	}
+	return kept, dropped
 }
 
 func sortErrors(errs []*EntryError) {

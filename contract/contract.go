@@ -1,0 +1,164 @@
+// Package contract is what aisb and its entrypoint agree on: the session policy and its JSON, the network modes, the exit statuses and the agent's identity.
+package contract
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Exit statuses of the entrypoint when it refuses to run the command.
+const (
+	ExitEnforce = 77 // EX_NOPERM: the table or the privilege drop could not be enforced
+	ExitPolicy  = 78 // EX_CONFIG: the session policy is missing, unreadable or invalid
+)
+
+// PolicyPath is where aisb puts the session policy in the sandbox, read-only.
+const PolicyPath = "/etc/aisb/policy.json"
+
+// AgentUID and AgentGID are who the command runs as inside the sandbox.
+const (
+	AgentUID = 1000
+	AgentGID = 1000
+)
+
+// MinNetBits is the widest IPv4 network an allowlist entry or a policy may name.
+const MinNetBits = 8
+
+// Mode is the sandbox's network mode.
+type Mode string
+
+// The network modes, from narrowest to widest.
+const (
+	ModeNone   Mode = "none"    // no network at all
+	ModeAllow  Mode = "allow"   // the gate, admitting allowlisted names only (default)
+	ModeNoGate Mode = "no-gate" // allowlisted names pinned at start, no proxy
+	ModeOpen   Mode = "open"    // unfiltered, only when asked
+)
+
+// Modes lists the network modes from narrowest to widest.
+var Modes = []Mode{ModeNone, ModeAllow, ModeNoGate, ModeOpen}
+
+// Width orders the modes from narrowest (0) to widest; an unknown mode is
+// len(Modes).
+func (m Mode) Width() int {
+	for i, x := range Modes {
+		if x == m {
+			return i
+		}
+	}
+	return len(Modes)
+}
+
+// Valid reports whether m is one of Modes.
+func (m Mode) Valid() bool { return m.Width() < len(Modes) }
+
+// PolicyVersion is the only session policy format the entrypoint reads.
+const PolicyVersion = 1
+
+// Endpoint is one TCP destination.
+type Endpoint struct {
+	Addr netip.Addr `json:"addr"`
+	Port uint16     `json:"port"`
+}
+
+func (e Endpoint) String() string { return netip.AddrPortFrom(e.Addr, e.Port).String() }
+
+// Policy is the session policy aisb writes for the entrypoint.
+type Policy struct {
+	Version int  `json:"version"`
+	Mode    Mode `json:"mode"`
+	// Gate is the gate's address and port as seen from the sandbox (allow mode).
+	Gate *Endpoint `json:"gate,omitempty"`
+	// HostPorts are host-loopback ports the user opened, on the mapped host address.
+	HostPorts []Endpoint `json:"host_ports,omitempty"`
+	// Pinned are the addresses allowed names resolved to at start (no-gate mode),
+	// admitted on TCP 80 and 443; PinnedNets are the IPv4 networks listed, the same.
+	Pinned     []netip.Addr   `json:"pinned,omitempty"`
+	PinnedNets []netip.Prefix `json:"pinned_nets,omitempty"`
+}
+
+// ErrPolicy is wrapped by every policy validation error.
+var ErrPolicy = errors.New("invalid session policy")
+
+func policyErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrPolicy, fmt.Sprintf(format, args...))
+}
+
+// ParsePolicy decodes a session policy strictly (unknown fields refused) and validates it.
+func ParsePolicy(b []byte) (Policy, error) {
+	var p Policy
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return Policy{}, policyErr("%v", err)
+	}
+	if dec.More() {
+		return Policy{}, policyErr("trailing data after the policy object")
+	}
+	return p, p.Validate()
+}
+
+// Marshal validates the policy and encodes it as the entrypoint reads it.
+func (p Policy) Marshal() ([]byte, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(p)
+}
+
+// Validate checks the policy as a list of named rules, in order.
+func (p Policy) Validate() error {
+	if p.Version != PolicyVersion {
+		return policyErr("version %d; this entrypoint reads version %d", p.Version, PolicyVersion)
+	}
+	checkEndpoint := func(what string, e Endpoint) error {
+		if !e.Addr.Is4() || e.Addr.IsUnspecified() || e.Addr.IsMulticast() {
+			return policyErr("%s %s: need a unicast IPv4 address (the sandbox has no IPv6)", what, e.Addr)
+		}
+		if e.Port == 0 {
+			return policyErr("%s: port 0", what)
+		}
+		return nil
+	}
+	switch p.Mode {
+	case ModeAllow:
+		if p.Gate == nil {
+			return policyErr("allow mode needs the gate's address")
+		}
+		if err := checkEndpoint("gate", *p.Gate); err != nil {
+			return err
+		}
+		if len(p.Pinned) > 0 || len(p.PinnedNets) > 0 {
+			return policyErr("pinned addresses belong to no-gate mode")
+		}
+	case ModeNoGate:
+		if p.Gate != nil {
+			return policyErr("no-gate mode has no gate")
+		}
+		for _, a := range p.Pinned {
+			if err := checkEndpoint("pinned address", Endpoint{Addr: a, Port: 443}); err != nil {
+				return err
+			}
+		}
+		for _, n := range p.PinnedNets {
+			if !n.IsValid() || !n.Addr().Is4() || n.Bits() < MinNetBits || n.Masked() != n {
+				return policyErr("pinned network %s: need a masked IPv4 network of /%d or narrower", n, MinNetBits)
+			}
+		}
+	case ModeNone, ModeOpen:
+		if p.Gate != nil || len(p.Pinned) > 0 || len(p.PinnedNets) > 0 || len(p.HostPorts) > 0 {
+			return policyErr("%s mode admits no destinations", p.Mode)
+		}
+	default:
+		return policyErr("mode %q; want allow, none, no-gate or open", p.Mode)
+	}
+	for _, e := range p.HostPorts {
+		if err := checkEndpoint("host port", e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
