@@ -41,10 +41,7 @@ type Config struct {
 	Host      netaddr.Host     // the host's own addresses, refused like internal ones
 }
 
-var (
-	sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	entryRE   = regexp.MustCompile(`^[a-z0-9.-]+(/[0-9]+)?$`)
-)
+var sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 // Render writes squid.conf. The order of the http_access lines is the
 // security property: every refusal that needs no DNS comes first, and the
@@ -62,9 +59,11 @@ func Render(c Config) (string, error) {
 	}
 	var names, addrs []string
 	for _, h := range c.Allowlist {
-		// The parser is the only way in; a host built by hand with a space
-		// or a newline would inject a directive, so check what is written.
-		if !entryRE.MatchString(h.String()) {
+		// Not a second parse for meaning: a guard where a host becomes
+		// squid.conf text. Host's fields are open, and a hand-built one with
+		// a newline would inject a directive; only what the parser yields
+		// again, unchanged, is written.
+		if again, err := allowlist.ParseHost(h.String()); err != nil || again != h {
 			return "", fmt.Errorf("render gate config: allowlist entry %q did not come from the parser", h.String())
 		}
 		if h.IsAddr() || h.IsNet() {

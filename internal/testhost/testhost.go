@@ -163,7 +163,13 @@ func Podman(t testing.TB, args ...string) Result {
 // ends, and returns its path. Go's build cache makes a rebuild a relink.
 func Binary(t testing.TB, pkg string, tags ...string) string {
 	t.Helper()
-	dir := t.TempDir()
+	// Not t.TempDir: its parent is private to root, and the test user and
+	// the agent must reach the binary.
+	dir, err := os.MkdirTemp("", "aisb-test-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
