@@ -158,22 +158,39 @@ func Podman(t testing.TB, args ...string) Result {
 	return Run(t, UserCommand(ctx, append([]string{"podman"}, args...)...))
 }
 
-// Binary builds the static Go program in the package pkg (relative to the
-// repository) into a directory the test user can read, removed when the test
-// ends, and returns its path. Go's build cache makes a rebuild a relink.
-func Binary(t testing.TB, pkg string, tags ...string) string {
+// binDirs holds each test's binary directory: binaries a test builds land
+// side by side (aisb finds aisb-entrypoint next to itself).
+var binDirs sync.Map // testing.TB -> string
+
+// binDir is t's binary directory, made on first use and removed when t
+// ends. Not t.TempDir: its parent is private to root, and the test user and
+// the agent must reach the binaries.
+func binDir(t testing.TB) string {
 	t.Helper()
-	// Not t.TempDir: its parent is private to root, and the test user and
-	// the agent must reach the binary.
+	if d, ok := binDirs.Load(t); ok {
+		return d.(string)
+	}
 	dir, err := os.MkdirTemp("", "aisb-test-bin-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	binDirs.Store(t, dir)
+	t.Cleanup(func() { binDirs.Delete(t); os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, filepath.Base(pkg))
+	return dir
+}
+
+// Binary builds the static Go program in the package pkg (relative to the
+// repository) into the test's binary directory and returns its path. Go's
+// build cache makes a rebuild a relink (about 2 s for aisb).
+func Binary(t testing.TB, pkg string, tags ...string) string {
+	t.Helper()
+	out := filepath.Join(binDir(t), filepath.Base(pkg))
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
 	args := []string{"build", "-o", out}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, " "))
