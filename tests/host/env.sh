@@ -5,9 +5,14 @@ AISB_CACHE=${AISB_CACHE:-/var/cache/aisb-test}
 AISB_TEST_BASE_IMAGE=localhost/aisb-base:trixie
 # Everything the sandbox and gate images need, so building them never waits
 # on a registry; the Containerfiles install only what a base lacks.
-AISB_BASE_PACKAGES=ca-certificates,curl,fd-find,git,nodejs,npm,python3,ripgrep,squid,util-linux,passwd
+AISB_BASE_PACKAGES=ca-certificates,curl,fd-find,git,nodejs,npm,openssh-client,python3,ripgrep,squid,util-linux,passwd
 AISB_UPSTREAM_NS=aisb-up
 AISB_UPSTREAM_ADDR=198.51.100.10
+# The test SSH server: OpenSSH's sshd in a namespace of its own (the
+# upstream's namespace already listens on *:22), serving git to one user.
+AISB_SSH_NS=aisb-ssh
+AISB_SSH_ADDR=198.51.100.22
+AISB_GIT_USER=aisbgit
 
 # as_user runs a command as the test user with a clean rootless-Podman
 # environment (no systemd session on this host).

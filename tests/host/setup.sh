@@ -41,6 +41,9 @@ install_packages() {
 	done
 	[ "$(podman_major)" = 5 ] || need+=("podman 5")
 	command -v pasta >/dev/null 2>&1 || need+=(pasta)
+	for c in sshd ssh ssh-agent ssh-keygen git; do
+		command -v "$c" >/dev/null 2>&1 || need+=("$c")
+	done
 	if [ ${#need[@]} -gt 0 ]; then
 		log "installing packages (missing: ${need[*]})"
 		if [ ! -f /etc/apt/sources.list.d/aisb-trixie.sources ]; then
@@ -58,11 +61,18 @@ Pin: release n=trixie
 Pin-Priority: 100
 PIN
 		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq --no-install-recommends \
+		apt-get -o DPkg::Lock::Timeout=600 update -qq
+		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
 			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux >/dev/null
-		apt-get install -y -qq --no-install-recommends -t trixie \
+		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends -t trixie \
 			podman passt crun conmon golang-github-containers-common netavark buildah >/dev/null
+		# sshd is for the test SSH server in its own namespace only: where
+		# this installs it, it must never start in the root namespace.
+		if ! dpkg -s openssh-server >/dev/null 2>&1; then
+			mkdir -p /etc/ssh
+			touch /etc/ssh/sshd_not_to_be_run
+		fi
+		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends -t trixie openssh-client openssh-server git >/dev/null
 	fi
 	[ "$(podman_major)" = 5 ] || die "podman 5 is not installed after apt-get install"
 	command -v pasta >/dev/null || die "pasta is not installed after apt-get install"
@@ -103,6 +113,14 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
 	chown "$AISB_TEST_USER:" "$home/.config/containers/storage.conf" "$home/.config/containers/containers.conf"
+}
+
+# 3b. The git user the test SSH server serves (upstream.sh runs sshd): git-shell
+#     only, no password but not locked (sshd refuses locked accounts).
+git_user() {
+	id -u "$AISB_GIT_USER" >/dev/null 2>&1 ||
+		useradd --system -m -d "/var/lib/$AISB_GIT_USER" -s /usr/bin/git-shell "$AISB_GIT_USER"
+	usermod -p '*' "$AISB_GIT_USER"
 }
 
 # 4. The offline base image: Debian 13 by debootstrap from the machine's own
@@ -162,6 +180,7 @@ CF
 install_packages
 host_fixes
 test_user
+git_user
 base_image
 "$here/upstream.sh" up
 log "ready: user $AISB_TEST_USER, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"

@@ -9,6 +9,14 @@
 # The root namespace gets 198.51.100.1 on its end of the veth: that is "the host's
 # own address" for the gate's tests. Nothing of 203.0.113.0/24 is ever configured.
 # DNS answers the .test names below and logs every query in $state/dns.log.
+#
+# The test SSH server is OpenSSH's sshd in a namespace of its own, aisb-ssh
+# (198.51.100.22 on a /30 whose other end, 198.51.100.21, is the root
+# namespace's): the upstream's namespace already listens on *:22, and a
+# second listener on a port that a wildcard socket holds is refused. It has
+# a throw-away host key made here ($state/ssh), lets $AISB_GIT_USER in with the
+# keys a test writes to $state/ssh/authorized_keys/$AISB_GIT_USER, and nothing
+# else; git.test and gitother.test name it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
@@ -29,6 +37,7 @@ $AISB_UPSTREAM_ADDR allowed.test www.allowed.test api.allowed.test other.test un
 198.51.100.1 hostself.test
 $AISB_UPSTREAM_ADDR mixed.test
 2001:db8:77::10 v6.test
+$AISB_SSH_ADDR git.test gitother.test
 HOSTS
 }
 
@@ -37,7 +46,19 @@ healthy() {
 	[ -f "$state/upstream.pid" ] && kill -0 "$(cat "$state/upstream.pid")" 2>/dev/null || return 1
 	[ -f "$state/dnsmasq.pid" ] && kill -0 "$(cat "$state/dnsmasq.pid")" 2>/dev/null || return 1
 	[ -f "$state/upstream.sum" ] && [ "$(cat "$state/upstream.sum")" = "$(sha256sum <"$AISB_CACHE/upstream")" ] || return 1
+	[ "$(cat "$state/hosts" 2>/dev/null)" = "$(hosts)" ] || return 1
 	curl -fsS --max-time 3 "http://$AISB_UPSTREAM_ADDR/health" >/dev/null 2>&1
+}
+
+# closefds runs a command with no descriptors above 2 (but bash's own 255).
+closefds() {
+	(
+		for fd in /proc/$BASHPID/fd/*; do
+			fd=${fd##*/}
+			[ "$fd" -gt 2 ] && [ "$fd" != 255 ] && eval "exec $fd>&-"
+		done
+		exec "$@"
+	)
 }
 
 stop_daemons() {
@@ -67,19 +88,95 @@ network() {
 	done
 }
 
+sshdir=$state/ssh
+
+sshd_config() {
+	cat <<CONF
+# The aisb test SSH server: git over SSH for $AISB_GIT_USER, keys only.
+ListenAddress $AISB_SSH_ADDR:22
+HostKey $sshdir/host_ed25519
+PidFile $sshdir/sshd.pid
+AuthorizedKeysFile $sshdir/authorized_keys/%u
+AllowUsers $AISB_GIT_USER
+PermitRootLogin no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+AllowTcpForwarding no
+AllowAgentForwarding no
+X11Forwarding no
+PermitTunnel no
+# Every test connection comes from the host's one address; OpenSSH 10 would
+# otherwise penalise it for probes that never authenticate.
+PerSourcePenalties no
+LogLevel VERBOSE
+CONF
+}
+
+ssh_healthy() {
+	ip netns pids "$AISB_SSH_NS" >/dev/null 2>&1 || return 1
+	[ -f "$sshdir/sshd.pid" ] && kill -0 "$(cat "$sshdir/sshd.pid")" 2>/dev/null || return 1
+	[ "$(cat "$sshdir/sshd_config" 2>/dev/null)" = "$(sshd_config)" ] || return 1
+	local banner
+	banner=$(timeout 3 bash -c "exec 3<>/dev/tcp/$AISB_SSH_ADDR/22 && head -c 8 <&3" 2>/dev/null) || return 1
+	[ "$banner" = "SSH-2.0-" ]
+}
+
+ssh_network() {
+	local ns=$AISB_SSH_NS
+	ip netns list | grep -qw "^$ns" || ip netns add "$ns"
+	if ! ip link show aisb-ssh0 >/dev/null 2>&1; then
+		ip link add aisb-ssh0 type veth peer name eth0 netns "$ns"
+	fi
+	ip addr replace 198.51.100.21/30 dev aisb-ssh0
+	ip link set aisb-ssh0 up
+	ip -n "$ns" link set lo up
+	ip -n "$ns" addr replace "$AISB_SSH_ADDR/30" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$ns" route replace default via 198.51.100.21
+}
+
+ssh_up() {
+	[ -x /usr/sbin/sshd ] || { echo "upstream.sh: /usr/sbin/sshd is missing; run tests/host/setup.sh" >&2; exit 1; }
+	ssh_network
+	install -d -m 0755 "$sshdir" "$sshdir/authorized_keys" /run/sshd
+	[ -f "$sshdir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C aisb-test-host -f "$sshdir/host_ed25519"
+	ssh_healthy && return 0
+	[ -f "$sshdir/sshd.pid" ] && kill "$(cat "$sshdir/sshd.pid")" 2>/dev/null || true
+	rm -f "$sshdir/sshd.pid"
+	sshd_config >"$sshdir/sshd_config"
+	closefds ip netns exec "$AISB_SSH_NS" /usr/sbin/sshd -f "$sshdir/sshd_config" -E "$sshdir/sshd.log"
+	for _ in $(seq 50); do
+		ssh_healthy && return 0
+		sleep 0.1
+	done
+	echo "upstream.sh: the test SSH server did not come up; see $sshdir/sshd.log" >&2
+	exit 1
+}
+
+ssh_down() {
+	[ -f "$sshdir/sshd.pid" ] && kill "$(cat "$sshdir/sshd.pid")" 2>/dev/null || true
+	rm -f "$sshdir/sshd.pid"
+	ip link del aisb-ssh0 2>/dev/null || true
+	ip netns del "$AISB_SSH_NS" 2>/dev/null || true
+}
+
 up() {
 	mkdir -p "$state" "$AISB_CACHE"
 	(cd "$here/../.." && CGO_ENABLED=0 go build -o "$AISB_CACHE/upstream.new" ./tests/upstream)
 	mv "$AISB_CACHE/upstream.new" "$AISB_CACHE/upstream"
 	network
+	ssh_up
 	healthy && return 0
 	stop_daemons
 	hosts >"$state/hosts"
 	: >>"$state/dns.log"
-	ip netns exec "$ns" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
+	closefds ip netns exec "$ns" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
 		--addn-hosts="$state/hosts" --local=/test/ --log-queries --log-facility="$state/dns.log" \
 		--pid-file="$state/dnsmasq.pid" --user=root --group=root --interface=eth0 --bind-interfaces
-	ip netns exec "$ns" setsid "$AISB_CACHE/upstream" -log "$state/connections.log" \
+	# Without the caller's descriptors: a lock fd of `flock LOCK setup.sh`
+	# kept by the daemon would hold that lock for as long as it runs.
+	closefds ip netns exec "$ns" setsid "$AISB_CACHE/upstream" -log "$state/connections.log" \
 		-names "$(hosts | awk '{for (i = 2; i <= NF; i++) print $i}' | sort -u | paste -sd,)" \
 		</dev/null >>"$state/upstream.err" 2>&1 &
 	echo $! >"$state/upstream.pid"
@@ -93,6 +190,7 @@ up() {
 }
 
 down() {
+	ssh_down
 	stop_daemons
 	for a in "${internal[@]}"; do ip route del "$a/32" 2>/dev/null || true; done
 	ip link del aisb-up0 2>/dev/null || true
@@ -102,6 +200,6 @@ down() {
 case "${1:-}" in
 up) up ;;
 down) down ;;
-status) healthy && echo "upstream: healthy" || { echo "upstream: down"; exit 1; } ;;
+status) healthy && ssh_healthy && echo "upstream: healthy" || { echo "upstream: down"; exit 1; } ;;
 *) echo "usage: upstream.sh up|down|status" >&2; exit 2 ;;
 esac

@@ -1,0 +1,59 @@
+package testhost
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test SSH server (tests/host/upstream.sh): OpenSSH's sshd in a namespace
+// of its own, serving git to GitUser with the keys a test authorizes.
+const (
+	SSHAddr = "198.51.100.22" // git.test and gitother.test; port 22
+	SSHDir  = StateDir + "/ssh"
+	GitUser = "aisbgit"
+	GitHome = "/var/lib/" + GitUser
+)
+
+// SSHHostKey is the server's public host key line ("ssh-ed25519 AAAA... comment").
+func SSHHostKey(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(SSHDir, "host_ed25519.pub"))
+	if err != nil {
+		Skip(t, "the test SSH server's host key: %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// SSHBanner connects to addr:22 without any sandbox or gate and returns the
+// first line the server sends: the control that the server is reachable.
+func SSHBanner(t testing.TB, addr string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(addr, "22"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("control: %s:22 is not reachable without the sandbox: %v", addr, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 64)
+	n, _ := c.Read(buf)
+	line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+	if !strings.HasPrefix(line, "SSH-2.0-") {
+		t.Fatalf("control: %s:22 answered %q, not an SSH banner", addr, line)
+	}
+	return line
+}
+
+// AuthorizeKey lets the public key line in at the test SSH server as GitUser
+// until the test ends.
+func AuthorizeKey(t testing.TB, pub string) {
+	t.Helper()
+	path := filepath.Join(SSHDir, "authorized_keys", GitUser)
+	if err := os.WriteFile(path, []byte(strings.TrimSpace(pub)+"\n"), 0o644); err != nil {
+		Skip(t, "authorize a key at the test SSH server: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+}
