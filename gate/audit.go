@@ -115,8 +115,10 @@ func Advice(e Event) string {
 		return "the gate admits names, not addresses: use the host name (an address is admitted only when listed exactly)"
 	case RuleInternal:
 		return fmt.Sprintf("%s resolved to an internal address (loopback, private, link-local, CGNAT or the host's own); no allowlist entry lifts this", e.Host)
+	case RuleSSHNotListed:
+		return sshAdvice(e.Host)
 	case RuleConnectPort:
-		return fmt.Sprintf("HTTPS tunnels go to port 443 only, not %d; no allowlist entry lifts this", e.Port)
+		return fmt.Sprintf("tunnels go to port 443 (HTTPS) and 22 (SSH, listed hosts) only, not %d; no allowlist entry lifts this", e.Port)
 	case RulePort:
 		return fmt.Sprintf("plain HTTP goes to ports 80 and 443 only, not %d; no allowlist entry lifts this", e.Port)
 	case RuleScheme:

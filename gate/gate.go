@@ -42,6 +42,7 @@ type Options struct {
 	Dir       string           // the session directory on the host (created if missing)
 	Image     string           // the gate image (from image.Ensure(ImageSpec(...)))
 	Allowlist []allowlist.Host // validated
+	SSHHosts  []allowlist.Host // validated names SSH may reach on port 22
 	DNS       []netip.Addr
 	Owner     string // engine.LabelOwner value; empty for a long-lived gate
 }
@@ -82,7 +83,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
 	}
-	conf, err := Render(Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, DNS: o.DNS, Host: host})
+	conf, err := Render(Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host})
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}

@@ -68,6 +68,8 @@ func TestSquidParse(t *testing.T) {
 		"names":     {Allowlist: hosts(t, "allowed.test", ".domain.test", "api.github.com")},
 		"addresses": {Allowlist: hosts(t, "198.51.100.10", "192.0.2.7")},
 		"both+dns":  {Allowlist: hosts(t, ".allowed.test", "198.51.100.10"), DNS: dns},
+		"ssh":       {Allowlist: hosts(t, "allowed.test", "198.51.100.10"), SSHHosts: hosts(t, "git.test", ".forge.test")},
+		"ssh only":  {SSHHosts: hosts(t, "git.test")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg.Session, cfg.Port, cfg.Dir, cfg.Host = "parse-test", 3128, "/gate", host
@@ -195,7 +197,8 @@ func TestGate(t *testing.T) {
 		{"listed name over CONNECT", connects("allowed.test:443"), 200, gate.RuleAllowed},
 		{"unlisted name over HTTP", gets("http://other.test/"), 403, gate.RuleNotListed},
 		{"unlisted name over CONNECT", connects("unlisted.test:443"), 403, gate.RuleNotListed},
-		{"CONNECT to 22", connects("allowed.test:22"), 403, gate.RuleConnectPort},
+		{"CONNECT to 22", connects("allowed.test:22"), 403, gate.RuleSSHNotListed},
+		{"CONNECT to 8443", connects("allowed.test:8443"), 403, gate.RuleConnectPort},
 		{"plain HTTP to 8080", gets("http://allowed.test:8080/"), 403, gate.RulePort},
 		{"ftp scheme", func(t *testing.T, a string) int { return get(t, a, "ftp://allowed.test/", "allowed.test") }, 403, gate.RuleScheme},
 		{"cache manager", gets(fmt.Sprintf("http://127.0.0.1:%d/squid-internal-mgr/menu", g.Port)), 403, gate.RuleManager},

@@ -26,6 +26,7 @@ type UpOptions struct {
 	Dir       string // the gate's directory
 	Image     string
 	Allowlist []allowlist.Host
+	SSHHosts  []allowlist.Host
 	DNS       []netip.Addr
 	// Follower is the argv of the detached audit follower; --port PORT is
 	// appended. It must outlive the command that starts the gate.
@@ -43,7 +44,7 @@ func Up(c *engine.Conn, o UpOptions) (*Gate, error) {
 	if err := engine.Remove(c, ContainerName(o.Name)); err != nil {
 		return nil, fmt.Errorf("gate up: %w", err)
 	}
-	g, err := Start(c, Options{Session: o.Name, Dir: o.Dir, Image: o.Image, Allowlist: o.Allowlist, DNS: o.DNS})
+	g, err := Start(c, Options{Session: o.Name, Dir: o.Dir, Image: o.Image, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ const LogVersion = "aisb1"
 const (
 	RuleClient      = "client"       // the client is not on loopback
 	RuleManager     = "manager"      // the cache manager
-	RuleConnectPort = "connect_port" // CONNECT to anything but 443
+	RuleConnectPort = "connect_port" // CONNECT to anything but 443 (and 22, see RuleSSHNotListed)
 	RuleScheme      = "scheme"       // a plain request for anything but http://
 	RulePort        = "port"         // plain HTTP to anything but 80 and 443
 	RuleIPLiteral   = "ip_literal"   // an address instead of a name, not listed
@@ -37,6 +37,7 @@ type Config struct {
 	Port      int              // listens on 127.0.0.1:Port
 	Dir       string           // the session directory as squid sees it
 	Allowlist []allowlist.Host // validated entries
+	SSHHosts  []allowlist.Host // validated names CONNECT may reach on port 22
 	DNS       []netip.Addr     // resolvers instead of the host's; empty: the host's
 	Host      netaddr.Host     // the host's own addresses, refused like internal ones
 }
@@ -71,6 +72,10 @@ func Render(c Config) (string, error) {
 		} else {
 			names = append(names, h.String())
 		}
+	}
+	sshNames, err := sshNames(c.SSHHosts)
+	if err != nil {
+		return "", err
 	}
 	internal := c.Host.Refused()
 	var dns []string
@@ -115,7 +120,7 @@ func Render(c Config) (string, error) {
 	line("# ACLs that never resolve anything.")
 	line("acl gate_clients src 127.0.0.1/32 ::1")
 	line("acl gate_connect method CONNECT")
-	line("acl gate_tls_port port 443")
+	line("acl gate_connect_ports port 443 %d", SSHPort)
 	line("acl gate_web_ports port 80 443")
 	line("acl gate_http proto HTTP")
 	line(`acl gate_ip_literal dstdom_regex -n ^[0-9.]+$ : [[]`)
@@ -125,17 +130,20 @@ func Render(c Config) (string, error) {
 	if len(names) > 0 {
 		line("acl gate_listed_names dstdomain -n %s", strings.Join(names, " "))
 	}
+	for _, l := range sshACLs(sshNames) {
+		line("%s", l)
+	}
 	line("# The one ACL that resolves: reached only for allowed requests.")
 	line("acl gate_internal dst %s", strings.Join(internal, " "))
 	line("")
 	line("# Tags: always match, so each is put last on its line and records the rule.")
-	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleNotListed, RuleInternal, RuleAllowed} {
+	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed} {
 		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
 	}
 	line("")
 	line("http_access deny !gate_clients gate_rule_%s", RuleClient)
 	line("http_access deny manager gate_rule_%s", RuleManager)
-	line("http_access deny gate_connect !gate_tls_port gate_rule_%s", RuleConnectPort)
+	line("http_access deny gate_connect !gate_connect_ports gate_rule_%s", RuleConnectPort)
 	line("http_access deny !gate_connect !gate_http gate_rule_%s", RuleScheme)
 	line("http_access deny !gate_connect !gate_web_ports gate_rule_%s", RulePort)
 	listedAddr := ""
@@ -143,12 +151,18 @@ func Render(c Config) (string, error) {
 		listedAddr = " !gate_listed_addrs"
 	}
 	line("http_access deny gate_ip_literal%s gate_rule_%s", listedAddr, RuleIPLiteral)
+	line("%s", sshAccess(sshNames))
+	// A CONNECT to port 22 that got here is for a listed SSH name.
+	sshListed := ""
+	if len(sshNames) > 0 {
+		sshListed = " !gate_ssh_port"
+	}
 	if len(names) > 0 {
-		line("http_access deny !gate_listed_names%s gate_rule_%s", listedAddr, RuleNotListed)
+		line("http_access deny !gate_listed_names%s%s gate_rule_%s", listedAddr, sshListed, RuleNotListed)
 	} else if len(addrs) > 0 {
-		line("http_access deny !gate_listed_addrs gate_rule_%s", RuleNotListed)
+		line("http_access deny !gate_listed_addrs%s gate_rule_%s", sshListed, RuleNotListed)
 	} else {
-		line("http_access deny gate_rule_%s", RuleNotListed)
+		line("http_access deny%s gate_rule_%s", sshListed, RuleNotListed)
 	}
 	line("http_access deny gate_internal gate_rule_%s", RuleInternal)
 	line("http_access allow gate_rule_%s", RuleAllowed)

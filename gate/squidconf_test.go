@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,8 +17,9 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 
 func TestRenderGolden(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"api.anthropic.com", ".github.com", "192.0.2.7"})
+	ssh, _ := allowlist.Parse([]string{"github.com", ".gitlab.example"})
 	conf, err := Render(Config{
-		Session: "golden", Port: 41234, Dir: "/gate", Allowlist: hosts,
+		Session: "golden", Port: 41234, Dir: "/gate", Allowlist: hosts, SSHHosts: ssh,
 		DNS:  []netip.Addr{netip.MustParseAddr("198.51.100.10")},
 		Host: netaddr.Host{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("2001:db8::2")}},
 	})
@@ -48,7 +50,7 @@ func TestRenderOrder(t *testing.T) {
 			access = append(access, l)
 		}
 	}
-	rules := []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleNotListed, RuleInternal, RuleAllowed}
+	rules := []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed}
 	for i, r := range rules {
 		if !strings.HasSuffix(access[i], "gate_rule_"+r) {
 			t.Errorf("http_access line %d is %q, want the %s rule, tag last", i, access[i], r)
@@ -130,4 +132,56 @@ func FuzzParseLine(f *testing.F) {
 		}
 		_ = Advice(e)
 	})
+}
+
+// TestRenderSSH: the SSH list opens port 22 for its names only, through the
+// same refusals before and the same internal check after; an empty list
+// refuses every CONNECT to 22 with its own rule.
+func TestRenderSSH(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"a.example"})
+	ssh, _ := allowlist.Parse([]string{"git.example", ".forge.example"})
+	access := func(c Config) []string {
+		t.Helper()
+		conf, err := Render(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range strings.Split(conf, "\n") {
+			if strings.HasPrefix(l, "http_access") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	with := access(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts, SSHHosts: ssh})
+	want := []string{
+		"http_access deny gate_connect !gate_connect_ports gate_rule_connect_port",
+		"http_access deny gate_connect gate_ssh_port !gate_ssh_names gate_rule_ssh_not_listed",
+		"http_access deny !gate_listed_names !gate_ssh_port gate_rule_not_listed",
+		"http_access deny gate_internal gate_rule_internal",
+	}
+	for _, w := range want {
+		if !slices.Contains(with, w) {
+			t.Errorf("missing %q in\n%s", w, strings.Join(with, "\n"))
+		}
+	}
+	without := access(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts})
+	if !slices.Contains(without, "http_access deny gate_connect gate_ssh_port gate_rule_ssh_not_listed") ||
+		!slices.Contains(without, "http_access deny !gate_listed_names gate_rule_not_listed") {
+		t.Errorf("without SSH hosts:\n%s", strings.Join(without, "\n"))
+	}
+	onlySSH := access(Config{Session: "s", Port: 1, Dir: "/gate", SSHHosts: ssh})
+	if !slices.Contains(onlySSH, "http_access deny !gate_ssh_port gate_rule_not_listed") {
+		t.Errorf("SSH hosts only:\n%s", strings.Join(onlySSH, "\n"))
+	}
+	for _, bad := range [][]allowlist.Host{
+		{{Addr: netip.MustParseAddr("192.0.2.7")}},
+		{{Net: netip.MustParsePrefix("192.0.2.0/24")}},
+		{{Name: "evil.example\nhttp_access allow all"}},
+	} {
+		if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", SSHHosts: bad}); err == nil {
+			t.Errorf("rendered SSH host %v", bad)
+		}
+	}
 }
