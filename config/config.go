@@ -38,6 +38,7 @@ type Network struct {
 	// into File.Hosts, and from there on only typed hosts travel
 	// (Resolved.Allowlist). It is empty in a resolved configuration.
 	AllowedHosts []string `toml:"allowed_hosts"`
+	SSHHosts     []string `toml:"ssh_hosts"` // as written; parsed into File.SSH, then Resolved.SSHHosts
 	HostPorts    []int    `toml:"host_ports"`
 	DNS          []string `toml:"dns"`
 }
@@ -71,6 +72,7 @@ type Limits struct {
 type Sandbox struct {
 	Harness   string `toml:"harness"`
 	BaseImage string `toml:"base_image"`
+	SSHAgent  bool   `toml:"ssh_agent"` // forward the user's ssh-agent; never from a project file
 }
 
 // DefaultBaseImage is the public Debian 13 image the sandbox image is built on
@@ -123,6 +125,7 @@ type File struct {
 	Content []byte // the exact bytes parsed (hashed by trust)
 	Config  Config
 	Hosts   []allowlist.Host // network.allowed_hosts, parsed
+	SSH     []allowlist.Host // network.ssh_hosts, parsed
 	defined map[string]bool  // dotted keys present in the file
 }
 
@@ -168,10 +171,10 @@ func Parse(name string, content []byte) (*File, error) {
 
 var knownKeys = map[string][]string{
 	"":        {"version", "network", "env", "limits", "sandbox"},
-	"network": {"mode", "allowed_hosts", "host_ports", "dns"},
+	"network": {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns"},
 	"env":     {"pass", "set"},
 	"limits":  {"pids", "memory", "cpus"},
-	"sandbox": {"harness", "base_image"},
+	"sandbox": {"harness", "base_image", "ssh_agent"},
 }
 
 func unknownKey(name string, k toml.Key) Problem {

@@ -48,7 +48,7 @@ func TestParseProblems(t *testing.T) {
 		{"missing version", `[network]`, `config.toml: version: missing; add "version = 1" at the top of the file`},
 		{"wrong version", `version = 2`, `config.toml: version: 2 is not supported; this aisb reads version = 1`},
 		{"unknown top key", "version = 1\nfoo = 1", `config.toml: foo: unknown key; the keys at the top level are version, network, env, limits, sandbox`},
-		{"unknown network key", "version = 1\n[network]\nallowd_hosts = []", `config.toml: network.allowd_hosts: unknown key; the keys in [network] are mode, allowed_hosts, host_ports, dns`},
+		{"unknown network key", "version = 1\n[network]\nallowd_hosts = []", `config.toml: network.allowd_hosts: unknown key; the keys in [network] are mode, allowed_hosts, ssh_hosts, host_ports, dns`},
 		{"syntax", "version = 1\nnetwork = \n", `config.toml:2: `},
 		{"type", "version = 1\n[network]\nhost_ports = \"80\"", `config.toml: `},
 		{"mode", "version = 1\n[network]\nmode = \"wide\"", `config.toml: network.mode: "wide" is not a mode; write one of none, allow, no-gate, open`},

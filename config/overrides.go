@@ -15,6 +15,8 @@ import (
 type Overrides struct {
 	Mode      string   // --net
 	Allow     []string // --allow, added to the allowlist
+	AllowSSH  []string // --allow-ssh, added to the SSH list
+	SSHAgent  bool     // --ssh-agent
 	HostPorts []int    // --host-port, added
 	Env       []string // --env NAME or NAME=VALUE
 	Harness   string   // --harness
@@ -47,6 +49,14 @@ func (r *Resolved) Apply(o Overrides) error {
 		}
 		// A wider --allow replaces the entries it covers.
 		r.Allowlist = allowlist.Add(r.Allowlist, h)
+	}
+	for _, a := range o.AllowSSH {
+		if err := r.addSSHHost(a); err != nil {
+			bad("--allow-ssh", "%v", err)
+		}
+	}
+	if o.SSHAgent {
+		c.Sandbox.SSHAgent = true
 	}
 	for _, p := range o.HostPorts {
 		if p < 1 || p > 65535 {

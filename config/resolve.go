@@ -27,6 +27,8 @@ type Resolved struct {
 	// Allowlist is the one allowlist: the files', narrowed or merged, plus
 	// --allow, plus (after JoinHarness) the harness's hosts.
 	Allowlist []allowlist.Host
+	// SSHHosts are the names SSH may reach on port 22 through the gate.
+	SSHHosts []allowlist.Host
 	// HarnessHosts are the entries JoinHarness added, for display.
 	HarnessHosts []allowlist.Host
 	// Notices say what was ignored and why; the CLI prints them on stderr.
@@ -60,11 +62,13 @@ func Resolve(src Sources) (*Resolved, error) {
 			if err != nil {
 				return nil, err
 			}
+			agent := r.Config.Sandbox.SSHAgent
 			if trusted {
 				r.merge(f)
 			} else {
 				r.narrow(f)
 			}
+			r.keepAgentOff(f, agent)
 		}
 	}
 	return r, nil
@@ -78,6 +82,9 @@ func (r *Resolved) merge(f *File) {
 	}
 	if f.Defines("network.allowed_hosts") {
 		r.Allowlist = slices.Clone(f.Hosts)
+	}
+	if f.Defines("network.ssh_hosts") {
+		r.SSHHosts = slices.Clone(f.SSH)
 	}
 	if f.Defines("network.host_ports") {
 		c.Network.HostPorts = fc.Network.HostPorts
@@ -109,6 +116,9 @@ func (r *Resolved) merge(f *File) {
 	if f.Defines("sandbox.base_image") {
 		c.Sandbox.BaseImage = fc.Sandbox.BaseImage
 	}
+	if f.Defines("sandbox.ssh_agent") {
+		c.Sandbox.SSHAgent = fc.Sandbox.SSHAgent
+	}
 }
 
 // narrow applies an untrusted project file: whoever wrote the repository may
@@ -133,6 +143,7 @@ func (r *Resolved) narrow(f *File) {
 		}
 		r.Allowlist = kept
 	}
+	r.narrowSSHHosts(f, ignore)
 	if f.Defines("network.host_ports") {
 		var kept []int
 		for _, p := range fc.Network.HostPorts {

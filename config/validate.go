@@ -21,6 +21,7 @@ var checks = []struct {
 	{"version", checkVersion},
 	{"network.mode", checkMode},
 	{"network.allowed_hosts", checkAllowedHosts},
+	{"network.ssh_hosts", checkSSHHosts},
 	{"network.host_ports", checkHostPorts},
 	{"network.dns", checkDNS},
 	{"env.pass", checkEnvPass},
@@ -115,7 +116,7 @@ var reservedEnv = map[string]bool{
 	"HTTP_PROXY": true, "HTTPS_PROXY": true, "NO_PROXY": true, "ALL_PROXY": true,
 	"http_proxy": true, "https_proxy": true, "no_proxy": true, "all_proxy": true,
 	"NODE_USE_ENV_PROXY": true, "npm_config_proxy": true, "npm_config_https_proxy": true,
-	"HOME": true,
+	"HOME": true, "SSH_AUTH_SOCK": true,
 }
 
 // CheckEnvName says what is wrong with an environment variable name, or "".
@@ -123,6 +124,8 @@ func CheckEnvName(name string) string {
 	switch {
 	case !envName.MatchString(name):
 		return fmt.Sprintf("%q is not a variable name; use letters, digits and underscores, not starting with a digit", name)
+	case name == "SSH_AUTH_SOCK":
+		return fmt.Sprintf("%q is set by aisb itself when --ssh-agent forwards your agent; use that instead", name)
 	case reservedEnv[name] || strings.HasPrefix(name, "AISB_"):
 		return fmt.Sprintf("%q is set by aisb itself to keep the sandbox on its gate; remove it", name)
 	}
