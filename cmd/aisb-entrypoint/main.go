@@ -1,13 +1,18 @@
 // Command aisb-entrypoint is the first process of every aisb sandbox: it locks
-// the network namespace, drops every privilege and execs the command.
+// the network namespace, drops every privilege and execs the command. As
+// `aisb-entrypoint connect HOST PORT` it is the sandbox's ssh ProxyCommand.
 package main
 
 import (
 	"os"
 
 	"github.com/aisb-dev/aisb/entrypoint"
+	"github.com/aisb-dev/aisb/tunnel"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "connect" {
+		os.Exit(tunnel.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	os.Exit(entrypoint.New().Main(os.Args[1:]))
 }
