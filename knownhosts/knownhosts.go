@@ -13,13 +13,13 @@ import (
 	"path"
 	"strings"
 
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/allowlist"
 )
 
 // Result is what Filter kept.
 type Result struct {
 	Lines   []string      // the matching lines, exactly as written, in file order
-	Missing []policy.Host // listed hosts no line pins
+	Missing []allowlist.Host // listed hosts no line pins
 }
 
 // Bytes is the kept lines as a known_hosts file.
@@ -37,7 +37,7 @@ func (r Result) Bytes() []byte {
 // @revoked lines alike. A domain entry (".example.com") also keeps plain and
 // "*."-wildcard patterns for its subdomains; hashed lines can only be matched
 // for the domain's own name. Lines it cannot read are skipped.
-func Filter(r io.Reader, hosts []policy.Host) (Result, error) {
+func Filter(r io.Reader, hosts []allowlist.Host) (Result, error) {
 	var res Result
 	found := make([]bool, len(hosts))
 	sc := bufio.NewScanner(r)
@@ -95,7 +95,7 @@ func hostField(line string) (string, bool) {
 // explicit-port form some files carry.
 func candidates(name string) []string { return []string{name, "[" + name + "]:22"} }
 
-func lineNames(patterns string, h policy.Host) bool {
+func lineNames(patterns string, h allowlist.Host) bool {
 	if strings.HasPrefix(patterns, "|1|") {
 		for _, c := range candidates(h.Name) {
 			if hashedMatch(patterns, c) {

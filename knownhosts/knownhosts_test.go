@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aisb-dev/aisb/policy"
+	"github.com/aisb-dev/aisb/allowlist"
 )
 
 const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
@@ -20,9 +20,9 @@ func hashed(salt []byte, name string) string {
 	return "|1|" + base64.StdEncoding.EncodeToString(salt) + "|" + base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
-func hosts(t *testing.T, entries ...string) []policy.Host {
+func hosts(t *testing.T, entries ...string) []allowlist.Host {
 	t.Helper()
-	hs, errs := policy.ParseAllowlist(entries)
+	hs, errs := allowlist.Parse(entries)
 	if len(errs) > 0 {
 		t.Fatal(errs)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/gitdirs"
 )
 
 // Network helpers and how each shows the host's loopback to the container.
@@ -68,8 +69,11 @@ type Options struct {
 	ProjectDir string
 	Command    []string
 	Mode       contract.Mode
-	Helper     string // pasta or slirp4netns
-	PolicyFile string // the session policy on the host, mounted read-only
+	Helper     string          // pasta or slirp4netns
+	PolicyFile string          // the session policy on the host, mounted read-only
+	Files      []File          // handed in through the API before the sandbox starts
+	AgentSock  string          // the user's ssh-agent socket, forwarded when set (--ssh-agent)
+	GitDirs    []gitdirs.Mount // git directories a worktree's .git file points to
 	Env        map[string]string
 	HostAdd    []string // "name:address" pins for no-gate mode
 	DNS        []net.IP // resolv.conf's servers (network.dns); nil: Podman's default
@@ -87,6 +91,9 @@ type Options struct {
 	Stdout     io.Writer
 	Stderr     io.Writer
 }
+
+// AgentSockPath is where a forwarded ssh-agent socket appears in the sandbox.
+const AgentSockPath = "/run/aisb-ssh-agent.sock"
 
 // ContainerName is the sandbox container's name.
 func ContainerName(session string) string { return "aisb-" + session }
@@ -141,6 +148,19 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 		s.Env[k] = v
 	}
 	s.Env["HOME"] = "/home/agent"
+	for _, m := range o.GitDirs {
+		opts := []string{"rw"}
+		if m.ReadOnly {
+			opts = []string{"ro"}
+		}
+		s.Mounts = append(s.Mounts, spec.Mount{Type: "bind", Source: m.Source, Destination: m.Dest, Options: opts})
+	}
+	if o.AgentSock != "" {
+		// A socket cannot be copied in: this is the one bind mount besides
+		// the project (and the policy), and only when the user asked for it.
+		s.Mounts = append(s.Mounts, spec.Mount{Type: "bind", Source: o.AgentSock, Destination: AgentSockPath, Options: []string{"rw"}})
+		s.Env["SSH_AUTH_SOCK"] = AgentSockPath
+	}
 	s.Terminal = ptr(o.Terminal)
 	s.Stdin = ptr(true)
 	s.Labels = map[string]string{engine.LabelKind: "sandbox", engine.LabelSession: o.Session, engine.LabelOwner: o.Owner}
@@ -186,6 +206,9 @@ func Run(c *engine.Conn, o Options) (int, error) {
 			o.Logf("%v", rerr)
 		}
 	}()
+	if err := copyFiles(c, s.Name, o.Files); err != nil {
+		return 0, err
+	}
 	for _, w := range resp.Warnings {
 		// Podman creates the container and ignores the limits where it
 		// cannot enforce them (rootless cgroup v1), saying so only in a

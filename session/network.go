@@ -96,7 +96,7 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner str
 	if err != nil {
 		return 0, nil, err
 	}
-	g, err := gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, DNS: cfg.Network.Resolvers(), Owner: owner})
+	g, err := gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner})
 	if err != nil {
 		return 0, nil, err
 	}

@@ -60,6 +60,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	ssh, err := sshSetup(o)
+	if err != nil {
+		return 0, err
+	}
+	gitDirs, err := gitDirMounts(o.ProjectDir, o.Logf)
+	if err != nil {
+		return 0, err
+	}
 	c, err := engine.Connect(ctx, o.Where)
 	if err != nil {
 		return 0, err
@@ -97,7 +105,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 	code, err := sandbox.Run(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
-		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
+		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
 		Owner: owner, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,

@@ -40,6 +40,7 @@ EXAMPLE:
 				ArgsUsage: "NAME",
 				Flags: []cli.Flag{
 					&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST`; repeatable"},
+					&cli.StringSliceFlag{Name: "allow-ssh", Usage: "also let SSH reach port 22 of `HOST`; repeatable"},
 					baseImageFlag(),
 				},
 				Action: func(c *cli.Context) error { return gateUp(c, e) },
@@ -82,7 +83,7 @@ func gateUp(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	// A shared gate takes the user's configuration only, never a project's.
-	r, _, err := resolveConfig(e, resolve{}, config.Overrides{Allow: c.StringSlice("allow"), BaseImage: c.String("base-image")})
+	r, _, err := resolveConfig(e, resolve{}, config.Overrides{Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
 	}
@@ -100,12 +101,12 @@ func gateUp(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	g, err := gate.Up(conn, gate.UpOptions{Name: name, Dir: e.paths.GateDir(name), Image: img, Allowlist: r.Allowlist,
+	g, err := gate.Up(conn, gate.UpOptions{Name: name, Dir: e.paths.GateDir(name), Image: img, Allowlist: r.Allowlist, SSHHosts: r.SSHHosts,
 		DNS: r.Config.Network.Resolvers(), Follower: []string{self, "internal-follow", "--gate", name}})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "gate %s listening on %s with %d allowed hosts\n", name, g.Addr(), len(r.Allowlist))
+	fmt.Fprintf(c.App.Writer, "gate %s listening on %s with %d allowed hosts and %d SSH hosts\n", name, g.Addr(), len(r.Allowlist), len(r.SSHHosts))
 	return nil
 }
 

@@ -24,16 +24,26 @@ reaches only its gate, which admits the allowlisted names. Nothing from your
 environment enters unless named with --env or env.pass/env.set; only
 ` + strings.Join(session.DefaultEnv, ", ") + ` pass by default, when set.
 
+Git over SSH: --allow-ssh HOST lets ssh reach port 22 of HOST through the
+gate; host keys are pinned from your own ~/.ssh/known_hosts (only the lines
+for the listed hosts). ssh in the sandbox has NO key unless you add
+--ssh-agent, which forwards your running ssh-agent (SSH_AUTH_SOCK): the
+sandbox can then ask it to sign, for any host the gate admits, but never read
+a key. A project's .aisb.toml can never turn the agent on.
+
 Exit status: the command's own; 77 when the sandbox could not be enforced and
 78 when its policy was invalid (the command did not run in either case).
 
 EXAMPLE:
    aisb run --allow api.anthropic.com --env ANTHROPIC_API_KEY
    aisb run --harness shell --allow .github.com -- git clone https://github.com/owner/repo
+   aisb run --allow-ssh github.com --ssh-agent --harness shell -- git push
    aisb run --net none -- make test`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "net", Usage: "network mode: allow (the gate), none, no-gate (names pinned at start, no proxy) or open (unfiltered)"},
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST` (\".example.com\" for the domain and its subdomains); repeatable"},
+			&cli.StringSliceFlag{Name: "allow-ssh", Usage: "let ssh reach port 22 of `HOST` through the gate (same grammar as --allow, names only); repeatable"},
+			&cli.BoolFlag{Name: "ssh-agent", Usage: "forward your ssh-agent (SSH_AUTH_SOCK) so ssh inside can sign with your keys; without it ssh inside has no key"},
 			&cli.IntSliceFlag{Name: "host-port", Usage: "let the sandbox reach this TCP `PORT` of the host's loopback; repeatable"},
 			&cli.StringSliceFlag{Name: "env", Usage: "pass `NAME` from your environment, or set NAME=VALUE; repeatable"},
 			&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell"},
@@ -53,7 +63,7 @@ EXAMPLE:
 
 func runAction(c *cli.Context, e *appEnv) error {
 	r, src, err := resolveConfig(e, resolve{project: true, harness: true}, config.Overrides{
-		Mode: c.String("net"), Allow: c.StringSlice("allow"), HostPorts: c.IntSlice("host-port"),
+		Mode: c.String("net"), Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), SSHAgent: c.Bool("ssh-agent"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
 		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"),
 	})

@@ -12,18 +12,23 @@ const mod = "github.com/aisb-dev/aisb/"
 
 // forbidden lists, for each package, imports that must never appear among
 // its dependencies (direct or not). Floors, from the leaves up: contract,
-// allowlist, netaddr, state, harness, engine; ruleset, config, image;
+// allowlist, netaddr, state, harness, engine, tunnel, gitdirs; knownhosts,
+// ruleset, config, image;
 // entrypoint, gate, sandbox, reaper; session, doctor; cmd.
 var forbidden = map[string][]string{
 	"contract":  {mod},
 	"netaddr":   {mod},
 	"state":     {mod},
 	"allowlist": {mod + "config", mod + "gate", mod + "ruleset", mod + "engine", mod + "harness"},
-	"harness":   {mod + "config", mod + "engine", mod + "gate", "github.com/containers/"},
-	"engine":    {mod + "config", mod + "gate", mod + "sandbox", mod + "session", mod + "image"},
-	"ruleset":   {mod + "config", mod + "allowlist", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", "github.com/containers/"},
-	"config":    {mod + "engine", mod + "gate", mod + "sandbox", mod + "session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
-	"image":     {mod + "config", mod + "gate", mod + "sandbox", mod + "session"},
+	// The sandbox's ssh ProxyCommand, linked into aisb-entrypoint: a leaf.
+	"tunnel":     {mod, "github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli"},
+	"gitdirs":    {mod},
+	"knownhosts": {mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", "github.com/containers/"},
+	"harness":    {mod + "config", mod + "engine", mod + "gate", "github.com/containers/"},
+	"engine":     {mod + "config", mod + "gate", mod + "sandbox", mod + "session", mod + "image"},
+	"ruleset":    {mod + "config", mod + "allowlist", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", "github.com/containers/"},
+	"config":     {mod + "engine", mod + "gate", mod + "sandbox", mod + "session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
+	"image":      {mod + "config", mod + "gate", mod + "sandbox", mod + "session"},
 	// The entrypoint runs first in every sandbox: small and static, no
 	// Podman, no TOML, no CLI framework.
 	"entrypoint": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "config", mod + "engine", mod + "gate", mod + "sandbox"},
