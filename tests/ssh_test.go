@@ -116,7 +116,7 @@ func (f *sshFixture) hostSSH(t *testing.T, known string, argv ...string) testhos
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sshCmd := "ssh -o HostName=" + testhost.SSHAddr + " -o UserKnownHostsFile=" + known +
+	sshCmd := "ssh -o HostName=" + testhost.SSHAddr + " -o HostKeyAlias=git.test -o UserKnownHostsFile=" + known +
 		" -o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes -o BatchMode=yes"
 	return testhost.Run(t, testhost.UserCommand(ctx, append([]string{"env", "SSH_AUTH_SOCK=" + f.sock, "GIT_SSH_COMMAND=" + sshCmd}, argv...)...))
 }
@@ -126,7 +126,7 @@ func (f *sshFixture) env() []string { return []string{"HOME=" + f.home, "SSH_AUT
 // serverLog is the server's main branch, as the server sees it.
 func serverLog(t *testing.T, repo string) string {
 	t.Helper()
-	out, err := exec.Command("git", "--git-dir", filepath.Join(testhost.GitHome, repo), "log", "--format=%s", "main").CombinedOutput()
+	out, err := exec.Command("git", "-c", "safe.directory=*", "--git-dir", filepath.Join(testhost.GitHome, repo), "log", "--format=%s", "main").CombinedOutput()
 	if err != nil {
 		t.Fatalf("git log at the server: %v\n%s", err, out)
 	}
