@@ -18,7 +18,7 @@ import (
 
 // Result is what Filter kept.
 type Result struct {
-	Lines   []string      // the matching lines, exactly as written, in file order
+	Lines   []string         // the matching lines, exactly as written, in file order
 	Missing []allowlist.Host // listed hosts no line pins
 }
 
