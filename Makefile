@@ -24,7 +24,7 @@ test-unit:
 # run every test, integration ones included; under AISB_INTEGRATION=1 a test
 # that cannot run fails instead of skipping.
 test: host vet
-	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -count=1 -p 1 -v ./...
+	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -count=1 -p 1 -timeout 45m -v ./...
 
 host:
 	bash tests/host/setup.sh
