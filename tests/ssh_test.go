@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,22 +66,20 @@ func newSSHFixture(t *testing.T) *sshFixture {
 	userRun(t, "ssh-keygen", "-q", "-H", "-f", f.known)
 	os.Remove(f.known + ".old")
 
-	// An ssh-agent holding the key, as the user runs one.
+	// An ssh-agent holding the key, as the user runs one; it is stopped by
+	// its pid when the test ends.
 	f.sock = filepath.Join(keys, "agent.sock")
-	agent := testhost.UserCommand(context.Background(), "ssh-agent", "-D", "-a", f.sock)
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { agent.Process.Kill(); agent.Wait() })
-	for i := 0; ; i++ {
-		if _, err := os.Stat(f.sock); err == nil {
-			break
+	out := userRun(t, "ssh-agent", "-s", "-a", f.sock)
+	var pid int
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, "SSH_AGENT_PID="); ok {
+			pid, _ = strconv.Atoi(strings.TrimSuffix(strings.Fields(v)[0], ";"))
 		}
-		if i == 100 {
-			t.Fatal("ssh-agent socket did not appear")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	if pid <= 1 {
+		t.Fatalf("ssh-agent did not say its pid: %q", out)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGTERM) })
 	userRun(t, "env", "SSH_AUTH_SOCK="+f.sock, "ssh-add", "-q", key)
 
 	f.repo = newBareRepo(t)
@@ -159,8 +159,8 @@ git add change
 git -c user.name=agent -c user.email=agent@test commit -qm "pushed from the sandbox"
 git push -q origin HEAD:main
 echo PUSHED
-# Every text file the agent can read, outside /proc, /sys and /dev, that holds a private key.
-grep -rlsI -e 'PRIVATE KEY-----' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev | sed 's/^/KEYFILE /' || true
+# Every text file the agent can read, outside /proc, /sys and /dev, holding a PEM or OpenSSH private key.
+grep -rlsIE -e '^-----BEGIN ([A-Z0-9]+ )*PRIVATE KEY-----' / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev | sed 's/^/KEYFILE /' || true
 # Every mount besides the image's root, /proc, /sys and /dev.
 awk '{print "MOUNT " $5}' /proc/self/mountinfo | grep -Ev '^MOUNT (/|/proc.*|/sys.*|/dev.*)$' || true
 `
@@ -248,12 +248,14 @@ func TestSSHRefusals(t *testing.T) {
 				t.Errorf("stderr lacks %q: %s", want, r.Stderr)
 			}
 		}
-		rules := map[string]string{}
+		seen := map[string]bool{}
 		for _, e := range a.events(t) {
-			rules[e.Host] = e.Rule
+			seen[fmt.Sprintf("%s:%d %s", e.Host, e.Port, e.Rule)] = true
 		}
-		if rules["gitother.test"] != gate.RuleSSHNotListed || rules["private.test"] != gate.RuleInternal || rules["git.test"] != gate.RuleAllowed {
-			t.Errorf("audit rules %v", rules)
+		for _, want := range []string{"gitother.test:22 " + gate.RuleSSHNotListed, "private.test:22 " + gate.RuleInternal, "git.test:22 " + gate.RuleAllowed} {
+			if !seen[want] {
+				t.Errorf("audit lacks %q: %v", want, seen)
+			}
 		}
 		if slices.Contains(testhost.DNSQueries(t, mark), "gitother.test") {
 			t.Errorf("the gate resolved gitother.test, refused for SSH")
