@@ -64,24 +64,45 @@ func Find(projectDir string) ([]Mount, error) {
 	if inside(gitDest, ProjectInContainer) {
 		return nil, nil // already in the sandbox with the project
 	}
+	// The .git file is written by whoever controls the project, the agent
+	// included, and a worktree's git directory is writable in the sandbox:
+	// nothing is mounted unless it is a git directory that names this
+	// project as its work tree, checked on the paths with symlinks resolved,
+	// and those resolved paths are what is mounted.
+	realProj, err := filepath.EvalSymlinks(projectDir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGitFile, err)
+	}
+	realGit, err := filepath.EvalSymlinks(gitHost)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrGitFile, err)
+	}
 	var mounts []Mount
-	common, err := os.ReadFile(filepath.Join(gitHost, "commondir"))
+	common, err := os.ReadFile(filepath.Join(realGit, "commondir"))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		mounts = append(mounts, Mount{Source: gitHost, Dest: gitDest})
-		mounts = appendExisting(mounts, gitHost, gitDest, true, "hooks", "config")
+		// A submodule: git's own layout, and core.worktree names the project.
+		if err := ownedSubmodule(realGit, realProj); err != nil {
+			return nil, fmt.Errorf("%w: %s points to %q: %v; aisb mounts only a git directory that belongs to the project", ErrGitFile, dotgit, gitHost, err)
+		}
+		mounts = append(mounts, Mount{Source: realGit, Dest: gitDest})
+		mounts = appendExisting(mounts, realGit, gitDest, true, "hooks", "config")
 	case err != nil:
 		return nil, fmt.Errorf("%w: %v", ErrGitFile, err)
 	default:
-		commonHost, commonDest := locate(gitHost, gitDest, strings.TrimSpace(string(common)))
-		if st, err := os.Stat(commonHost); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("%w: the worktree's common git directory %s is not a directory", ErrGitFile, commonHost)
+		commonHost, commonDest := locate(realGit, gitDest, strings.TrimSpace(string(common)))
+		realCommon, err := filepath.EvalSymlinks(commonHost)
+		if err != nil {
+			return nil, fmt.Errorf("%w: the worktree's common git directory %q: %v", ErrGitFile, commonHost, err)
+		}
+		if err := ownedWorktree(realGit, realCommon, realProj); err != nil {
+			return nil, fmt.Errorf("%w: %s points to %q: %v; aisb mounts only a git directory that belongs to the project", ErrGitFile, dotgit, gitHost, err)
 		}
 		if !inside(commonDest, ProjectInContainer) {
-			mounts = append(mounts, Mount{Source: commonHost, Dest: commonDest, ReadOnly: true})
-			mounts = appendExisting(mounts, commonHost, commonDest, false, "objects", "refs", "logs")
+			mounts = append(mounts, Mount{Source: realCommon, Dest: commonDest, ReadOnly: true})
+			mounts = appendExisting(mounts, realCommon, commonDest, false, "objects", "refs", "logs")
 		}
-		mounts = append(mounts, Mount{Source: gitHost, Dest: gitDest})
+		mounts = append(mounts, Mount{Source: realGit, Dest: gitDest})
 	}
 	for _, m := range mounts {
 		for _, d := range systemDirs {
@@ -101,6 +122,90 @@ func locate(dir, dirDest, p string) (host, dest string) {
 		return c, c
 	}
 	return filepath.Join(dir, p), filepath.Join(dirDest, p)
+}
+
+// ownedWorktree checks, as git lays a worktree out, that gitDir is
+// COMMON/worktrees/NAME, COMMON is a git directory, and gitDir's gitdir file
+// names project/.git. All paths are resolved.
+func ownedWorktree(gitDir, common, project string) error {
+	if filepath.Dir(gitDir) != filepath.Join(common, "worktrees") {
+		return fmt.Errorf("it is not in the worktrees directory of its common directory %q", common)
+	}
+	if err := looksLikeGitDir(common); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(gitDir, "gitdir"))
+	if err != nil {
+		return fmt.Errorf("its gitdir file: %v", err)
+	}
+	back, err := resolveFrom(gitDir, strings.TrimSpace(string(b)))
+	if err != nil || back != filepath.Join(project, ".git") {
+		return errors.New("its gitdir file does not name this project")
+	}
+	return nil
+}
+
+// ownedSubmodule checks that gitDir is a git directory whose config's
+// core.worktree is project, as git writes it for a submodule. All paths are
+// resolved.
+func ownedSubmodule(gitDir, project string) error {
+	if err := looksLikeGitDir(gitDir); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(gitDir, "config"))
+	if err != nil {
+		return fmt.Errorf("its config: %v", err)
+	}
+	wt, ok := coreWorktree(string(b))
+	if !ok {
+		return errors.New("its config has no core.worktree")
+	}
+	back, err := resolveFrom(gitDir, wt)
+	if err != nil || back != project {
+		return errors.New("its core.worktree does not name this project")
+	}
+	return nil
+}
+
+// looksLikeGitDir: HEAD a file, objects and refs directories.
+func looksLikeGitDir(dir string) error {
+	st, err := os.Stat(filepath.Join(dir, "HEAD"))
+	if err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("%q is not a git directory (no HEAD)", dir)
+	}
+	for _, d := range []string{"objects", "refs"} {
+		if st, err := os.Stat(filepath.Join(dir, d)); err != nil || !st.IsDir() {
+			return fmt.Errorf("%q is not a git directory (no %s)", dir, d)
+		}
+	}
+	return nil
+}
+
+// coreWorktree is core.worktree in a git config text, read simply: the last
+// "worktree = VALUE" in a [core] section, quotes removed.
+func coreWorktree(config string) (string, bool) {
+	var val string
+	var found, inCore bool
+	for _, line := range strings.Split(config, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			inCore = strings.EqualFold(strings.TrimSpace(strings.Trim(line, "[]")), "core")
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if inCore && ok && strings.EqualFold(strings.TrimSpace(k), "worktree") {
+			val, found = strings.Trim(strings.TrimSpace(v), `"`), true
+		}
+	}
+	return val, found && val != ""
+}
+
+// resolveFrom resolves p (relative to dir unless absolute) with symlinks.
+func resolveFrom(dir, p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	return filepath.EvalSymlinks(p)
 }
 
 func appendExisting(ms []Mount, host, dest string, ro bool, names ...string) []Mount {
