@@ -18,7 +18,7 @@ import (
 
 // Result is what Filter kept.
 type Result struct {
-	Lines   []string         // the matching lines, exactly as written, in file order
+	Lines   []string         // the matching lines in file order, plain ones reduced (see reduce)
 	Missing []allowlist.Host // listed hosts no line pins
 }
 
@@ -58,7 +58,7 @@ func Filter(r io.Reader, hosts []allowlist.Host) (Result, error) {
 			}
 		}
 		if keep {
-			res.Lines = append(res.Lines, line)
+			res.Lines = append(res.Lines, reduce(line, hosts))
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -89,6 +89,50 @@ func hostField(line string) (string, bool) {
 		return "", false
 	}
 	return f[0], true
+}
+
+// reduce keeps of a plain (not hashed) line the patterns that name a listed
+// host, the negations that could exclude one, the marker, key type and key;
+// the other patterns and the comment would tell the sandbox about the user's
+// other hosts. A hashed line names one host and is kept as written.
+func reduce(line string, hosts []allowlist.Host) string {
+	f := strings.Fields(line)
+	var marker []string
+	if strings.HasPrefix(f[0], "@") {
+		marker, f = f[:1], f[1:]
+	}
+	if strings.HasPrefix(f[0], "|1|") {
+		return line
+	}
+	var pos, neg []string
+	for _, p := range strings.Split(f[0], ",") {
+		if strings.HasPrefix(p, "!") {
+			neg = append(neg, p)
+		} else if p != "" {
+			pos = append(pos, p)
+		}
+	}
+	names := func(patterns string) bool {
+		for _, h := range hosts {
+			if !h.IsAddr() && !h.IsNet() && lineNames(patterns, h) {
+				return true
+			}
+		}
+		return false
+	}
+	var kept []string
+	for _, p := range pos {
+		if names(strings.Join(append([]string{p}, neg...), ",")) {
+			kept = append(kept, p)
+		}
+	}
+	for _, n := range neg {
+		if strings.ContainsAny(n, "*?") || names(n[1:]) {
+			kept = append(kept, n)
+		}
+	}
+	out := append(marker, strings.Join(kept, ","), f[1], f[2])
+	return strings.Join(out, " ")
 }
 
 // candidates are the names ssh looks a host up by on port 22, and the

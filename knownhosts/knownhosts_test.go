@@ -55,21 +55,25 @@ func TestFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, l := range res.Lines {
-		f := strings.Fields(l)
-		got = append(got, f[len(f)-1])
+	// Kept: plain, list (its other names gone), hashed (as written), port22,
+	// wildcard, revoked, ca, sub; comments dropped.
+	want := []string{
+		"git.example " + key,
+		"git.example " + key,
+		hashed(salt, "git.example") + " " + key,
+		"[git.example]:22 " + key,
+		"*.example " + key,
+		"@revoked git.example " + key,
+		"@cert-authority *.forge.example " + key,
+		"sub.forge.example " + key,
 	}
-	want := []string{"plain", "list", key[len(key)-8:], "port22", "wildcard", "revoked", "ca", "sub"}
-	// The hashed line has no comment: its last field is the key.
-	want[2] = strings.Fields(key)[1]
-	if !slices.Equal(got, want) {
-		t.Errorf("kept %q\nwant %q", got, want)
+	if !slices.Equal(res.Lines, want) {
+		t.Errorf("kept\n%s\nwant\n%s", strings.Join(res.Lines, "\n"), strings.Join(want, "\n"))
 	}
 	if len(res.Missing) != 1 || res.Missing[0].String() != "missing.test" {
 		t.Errorf("missing %v", res.Missing)
 	}
-	if !strings.HasSuffix(string(res.Bytes()), " sub\n") {
+	if !strings.HasSuffix(string(res.Bytes()), "sub.forge.example "+key+"\n") {
 		t.Errorf("Bytes: %q", res.Bytes())
 	}
 }
@@ -91,5 +95,37 @@ func TestFilterEmpty(t *testing.T) {
 	res, err := Filter(strings.NewReader(""), hosts(t, "git.example"))
 	if err != nil || len(res.Lines) != 0 || len(res.Missing) != 1 || res.Bytes() != nil {
 		t.Errorf("%+v %v", res, err)
+	}
+}
+
+// TestFilterNamesNoOtherHost: a line that pins a listed host together with
+// the user's other hosts (ssh writes "name,address"; users join aliases)
+// reaches the sandbox with the listed host's patterns only, and without its
+// comment: the sandbox learns nothing about the user's other hosts.
+func TestFilterNamesNoOtherHost(t *testing.T) {
+	file := strings.Join([]string{
+		"build.internal.corp,git.example,10.1.2.3 " + key + " alice@laptop",
+		"@cert-authority *.forge.example,*.internal.corp " + key + " corp-ca",
+		"*.example,!secret.example,!vault.internal.corp " + key,
+		"[git.example]:22,[db.internal.corp]:5432 " + key,
+	}, "\n") + "\n"
+	res, err := Filter(strings.NewReader(file), hosts(t, "git.example", ".forge.example"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(res.Bytes())
+	for _, leak := range []string{"internal.corp", "10.1.2.3", "alice@laptop", "corp-ca"} {
+		if strings.Contains(got, leak) {
+			t.Errorf("the sandbox's known_hosts names %q:\n%s", leak, got)
+		}
+	}
+	want := strings.Join([]string{
+		"git.example " + key,
+		"@cert-authority *.forge.example " + key,
+		"*.example " + key,
+		"[git.example]:22 " + key,
+	}, "\n") + "\n"
+	if got != want {
+		t.Errorf("kept\n%s\nwant\n%s", got, want)
 	}
 }
