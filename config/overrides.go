@@ -105,6 +105,8 @@ func (r *Resolved) Apply(o Overrides) error {
 	}
 	if o.CPUs < 0 {
 		bad("--cpus", "%g is negative", o.CPUs)
+	} else if o.CPUs > 0 && o.CPUs < MinCPUs {
+		bad("--cpus", "%s", cpusTooSmall(o.CPUs))
 	} else if o.CPUs > 0 {
 		c.Limits.CPUs = o.CPUs
 	}

@@ -173,8 +173,19 @@ func checkLimits(f *File) []Problem {
 	}
 	if l.CPUs < 0 {
 		ps = append(ps, f.problem("limits.cpus", "%g is negative; write a positive number such as 1.5, or leave it out for no limit", l.CPUs))
+	} else if l.CPUs > 0 && l.CPUs < MinCPUs {
+		ps = append(ps, f.problem("limits.cpus", "%s", cpusTooSmall(l.CPUs)))
 	}
 	return ps
+}
+
+// MinCPUs is the smallest CPU limit: 1 ms of CPU per 100 ms period, the
+// kernel's minimum quota. Anything smaller rounds to a quota of 0, which the
+// runtime reads as no limit at all.
+const MinCPUs = 0.01
+
+func cpusTooSmall(v float64) string {
+	return fmt.Sprintf("%g is below the minimum %g (a smaller value rounds to no limit at all); write %g or more, or leave it out for no limit", v, MinCPUs, MinCPUs)
 }
 
 // ParseMemory reads a size such as "512m", "2g" or "1048576" (bytes).

@@ -95,6 +95,9 @@ type Options struct {
 // AgentSockPath is where a forwarded ssh-agent socket appears in the sandbox.
 const AgentSockPath = "/run/aisb-ssh-agent.sock"
 
+// minQuota is the kernel's smallest CFS quota, in microseconds.
+const minQuota = 1000
+
 // ContainerName is the sandbox container's name.
 func ContainerName(session string) string { return "aisb-" + session }
 
@@ -174,7 +177,13 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 		}
 		if o.CPUs > 0 {
 			period := uint64(100000)
-			s.ResourceLimits.CPU = &spec.LinuxCPU{Period: &period, Quota: ptr(int64(o.CPUs * float64(period)))}
+			quota := int64(o.CPUs * float64(period))
+			if quota < minQuota {
+				// A quota of 0 is no limit to the runtime: never let a
+				// limit round to nothing (config refuses it first).
+				return nil, fmt.Errorf("cpus %g: below the minimum of 0.01 CPU", o.CPUs)
+			}
+			s.ResourceLimits.CPU = &spec.LinuxCPU{Period: &period, Quota: ptr(quota)}
 		}
 	}
 	for _, r := range o.Rlimits {
