@@ -120,8 +120,8 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 	switch {
 	case err != nil:
 		r.add("fails closed", Fail, "%v", err)
-	case noAdmin["exit"] == "77" && noAdmin["gate"] == "":
-		r.add("fails closed", Pass, "without NET_ADMIN the entrypoint exits 77 and the command does not run")
+	case noAdmin["exit"] == "77" && noAdmin["entrypoint"] == "failed 77 install table" && noAdmin["gate"] == "":
+		r.add("fails closed", Pass, "without NET_ADMIN the entrypoint exits 77 (its own status: install table failed) and the command does not run")
 	default:
 		r.add("fails closed", Fail, "without NET_ADMIN: exit %s, command output %v", noAdmin["exit"], noAdmin)
 	}
@@ -141,11 +141,17 @@ func runScript(c *engine.Conn, do Options, img, helper, dir, policyFile string, 
 		o.Plain = true
 		o.CapAdd = []string{"NET_RAW"}
 	}
-	code, err := sandbox.Run(c, o)
+	exit, err := sandbox.Run(c, o)
 	if err != nil {
 		return nil, err
 	}
-	res := map[string]string{"exit": strconv.Itoa(code)}
+	res := map[string]string{"exit": strconv.Itoa(exit.Code)}
+	if !plain {
+		res["entrypoint"] = fmt.Sprintf("%s %d %s", exit.Status.Outcome, exit.Status.Code, exit.Status.Step)
+		if exit.StatusErr != nil {
+			res["entrypoint"] = exit.StatusErr.Error()
+		}
+	}
 	for _, l := range strings.Split(out.String(), "\n") {
 		if k, v, ok := strings.Cut(l, "="); ok {
 			res[k] = strings.TrimSpace(v)

@@ -31,6 +31,7 @@ const (
 // Entrypoint runs the fixed sequence.
 type Entrypoint struct {
 	policyPath string
+	statusPath string
 	uid, gid   int
 	stderr     io.Writer
 	nft        func() (*nftables.Conn, error)
@@ -40,6 +41,7 @@ type Entrypoint struct {
 func New() *Entrypoint {
 	e := &Entrypoint{
 		policyPath: contract.PolicyPath,
+		statusPath: contract.StatusPath,
 		uid:        contract.AgentUID,
 		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
@@ -68,8 +70,9 @@ func fail(step string, code int, err error) *stepError {
 func (e *Entrypoint) Main(args []string) int {
 	fs := flag.NewFlagSet("aisb-entrypoint", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	unenforced := fs.Bool("allow-unenforced", false, "run the command even without a network table (the privilege drop still happens)")
+	unenforced := fs.Bool("allow-unenforced", false, "when the network table cannot be installed or verified, run the command without it (the privilege drop still happens)")
 	fs.StringVar(&e.policyPath, "policy", contract.PolicyPath, "session policy `file` (tests only; aisb always uses the default)")
+	fs.StringVar(&e.statusPath, "status", contract.StatusPath, "status `file` (tests only; aisb always uses the default)")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: aisb-entrypoint [--allow-unenforced] -- COMMAND [ARGS...]")
 	}
@@ -80,19 +83,27 @@ func (e *Entrypoint) Main(args []string) int {
 		fs.Usage()
 		return ExitUsage
 	}
-	err := e.run(fs.Args(), *unenforced)
+	// The status file is opened first, as root, so that every outcome
+	// below is reported where the command cannot write.
+	st, err := openStatus(e.statusPath)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "aisb-entrypoint: status file: %v\n", err)
+		return ExitEnforce
+	}
+	err = e.run(fs.Args(), *unenforced, st)
+	code, step := ExitEnforce, "enforce"
 	var se *stepError
 	if errors.As(err, &se) {
-		fmt.Fprintf(e.stderr, "aisb-entrypoint: %v\n", err)
-		return se.code
+		code, step = se.code, se.step
 	}
 	fmt.Fprintf(e.stderr, "aisb-entrypoint: %v\n", err)
-	return ExitEnforce
+	st.report(contract.Status{Outcome: contract.OutcomeFailed, Code: code, Step: step})
+	return code
 }
 
 // run is the fail-closed sequence. Its steps run in this order and no other:
 // the command is exec'd only after every step before it succeeded.
-func (e *Entrypoint) run(argv []string, unenforced bool) error {
+func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error {
 	// The table is bound to this thread's network namespace, and the
 	// capability and no_new_privs state that the command inherits is per
 	// thread: everything from here to execve happens on this one thread.
@@ -112,15 +123,18 @@ func (e *Entrypoint) run(argv []string, unenforced bool) error {
 	// 2. and 3. Install the table in one batch, then read it back and
 	//    compare it field by field. Reading back needs CAP_NET_ADMIN too,
 	//    so both happen before the privilege drop.
-	switch {
-	case unenforced:
-		fmt.Fprintln(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: no network table installed; this sandbox's network is NOT enforced")
-	case p.Mode == contract.ModeOpen:
+	//    --allow-unenforced changes only what happens when that fails.
+	outcome := contract.Status{Outcome: contract.OutcomeEnforced}
+	if p.Mode == contract.ModeOpen {
 		fmt.Fprintln(e.stderr, "aisb-entrypoint: WARNING: network mode open: no network table installed; the sandbox can reach anything the host can")
-	default:
-		if err := e.enforce(p); err != nil {
+		outcome = contract.Status{Outcome: contract.OutcomeOpen}
+	} else if err := e.enforce(p); err != nil {
+		var se *stepError
+		if !unenforced || !errors.As(err, &se) || se.code != ExitEnforce {
 			return err
 		}
+		fmt.Fprintf(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: %v; running without a network table: this sandbox's network is NOT enforced\n", err)
+		outcome = contract.Status{Outcome: contract.OutcomeUnenforced, Step: se.step}
 	}
 
 	// 4. Drop every privilege and check that nothing is left.
@@ -139,6 +153,10 @@ func (e *Entrypoint) run(argv []string, unenforced bool) error {
 			code = ExitNoExec
 		}
 		return fail("exec "+argv[0], code, err)
+	}
+	// Reported through the descriptor opened as root; it closes on exec.
+	if err := st.report(outcome); err != nil {
+		return fail("write status", ExitEnforce, err)
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	return fail("exec "+argv[0], ExitNoExec, err)

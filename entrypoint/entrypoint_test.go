@@ -95,7 +95,7 @@ func (s *sandbox) plain(t *testing.T, args ...string) testhost.Result {
 // enforced runs argv through the entrypoint in the namespace.
 func (s *sandbox) enforced(t *testing.T, argv ...string) testhost.Result {
 	t.Helper()
-	return testhost.Run(t, s.ns.Command(append([]string{s.entrypoint, "--policy", s.policy, "--"}, argv...)...))
+	return testhost.Run(t, s.ns.Command(append([]string{s.entrypoint, "--policy", s.policy, "--status", statusFile(t), "--"}, argv...)...))
 }
 
 func (s *sandbox) probeEnforced(t *testing.T, args ...string) testhost.Result {
@@ -254,19 +254,26 @@ func TestFailsClosed(t *testing.T) {
 		policy string
 		want   int
 		msg    string
+		step   string
 	}{
-		{"missing policy", nil, filepath.Join(dir, "missing.json"), 78, "read policy"},
-		{"invalid policy", nil, invalid, 78, "allow mode needs the gate"},
-		{"unknown field", nil, unknown, 78, "unknown field"},
-		{"no CAP_NET_ADMIN", []string{"setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin"}, valid, 77, "install table"},
-		{"no CAP_SETPCAP", []string{"setpriv", "--bounding-set=-setpcap", "--inh-caps=-setpcap"}, valid, 77, "drop privileges"},
+		{"missing policy", nil, filepath.Join(dir, "missing.json"), 78, "read policy", "read policy"},
+		{"invalid policy", nil, invalid, 78, "allow mode needs the gate", "read policy"},
+		{"unknown field", nil, unknown, 78, "unknown field", "read policy"},
+		{"no CAP_NET_ADMIN", []string{"setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin"}, valid, 77, "install table", "install table"},
+		{"no CAP_SETPCAP", []string{"setpriv", "--bounding-set=-setpcap", "--inh-caps=-setpcap"}, valid, 77, "drop privileges", "drop privileges"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			marker := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
-			argv := append(append(c.prefix, ep, "--policy", c.policy, "--"), "touch", marker)
+			status := statusFile(t)
+			argv := append(append(c.prefix, ep, "--policy", c.policy, "--status", status, "--"), "touch", marker)
 			r := testhost.Run(t, ns.Command(argv...))
 			if r.Code != c.want || !strings.Contains(r.Stderr, c.msg) {
 				t.Errorf("exit %d, want %d with %q: %s", r.Code, c.want, c.msg, r)
+			}
+			// The entrypoint's own account says the same, in the channel the
+			// command cannot write.
+			if st := readStatus(t, status); st.Outcome != contract.OutcomeFailed || st.Code != c.want || st.Step != c.step {
+				t.Errorf("status %+v, want failed %d at %s", st, c.want, c.step)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Errorf("the command ran")
@@ -275,7 +282,7 @@ func TestFailsClosed(t *testing.T) {
 	}
 	// Control: with everything in place the same command does run.
 	marker := filepath.Join(dir, "control")
-	if r := testhost.Run(t, ns.Command(ep, "--policy", valid, "--", "touch", marker)); r.Code != 0 {
+	if r := testhost.Run(t, ns.Command(ep, "--policy", valid, "--status", statusFile(t), "--", "touch", marker)); r.Code != 0 {
 		t.Fatalf("control: %s", r)
 	}
 	if _, err := os.Stat(marker); err != nil {
@@ -283,19 +290,82 @@ func TestFailsClosed(t *testing.T) {
 	}
 }
 
+// TestAllowUnenforced: --allow-unenforced still installs the table when it
+// can; only when installing fails does the command run without it, loudly,
+// and the entrypoint's status says which happened.
 func TestAllowUnenforced(t *testing.T) {
 	s := newSandbox(t)
-	r := testhost.Run(t, s.ns.Command(s.entrypoint, "--allow-unenforced", "--policy", s.policy, "--", s.probe, "tcp", hostAddr+":80"))
-	if r.Code != 0 || !strings.Contains(r.Stderr, "NOT enforced") {
+	if r := s.plain(t, "tcp", hostAddr+":80"); r.Code != 0 {
+		t.Fatalf("control: %s", r)
+	}
+	status := statusFile(t)
+	r := testhost.Run(t, s.ns.Command(s.entrypoint, "--allow-unenforced", "--policy", s.policy, "--status", status, "--", s.probe, "tcp", hostAddr+":80"))
+	if r.Code == 0 || strings.Contains(r.Stderr, "NOT enforced") {
+		t.Errorf("with a table that can be installed, --allow-unenforced let the command out: %s", r)
+	}
+	if got := s.ns.MustRun(t, "nft", "list", "ruleset"); !strings.Contains(got, "table inet aisb") {
+		t.Errorf("no table was installed: %q", got)
+	}
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeEnforced {
+		t.Errorf("status %+v, want enforced", st)
+	}
+	s.ns.MustRun(t, "nft", "delete", "table", "inet", "aisb")
+
+	// Installing fails (no CAP_NET_ADMIN): the command runs, unenforced,
+	// said on stderr and in the status.
+	status = statusFile(t)
+	r = testhost.Run(t, s.ns.Command("setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin",
+		s.entrypoint, "--allow-unenforced", "--policy", s.policy, "--status", status, "--", s.probe, "tcp", hostAddr+":80"))
+	if r.Code != 0 || !strings.Contains(r.Stderr, "NOT enforced") || !strings.Contains(r.Stderr, "install table") {
 		t.Errorf("unenforced run: %s", r)
 	}
-	if got := s.ns.MustRun(t, "nft", "list", "ruleset"); got != "" {
-		t.Errorf("a table was installed: %s", got)
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeUnenforced || st.Step != "install table" {
+		t.Errorf("status %+v, want unenforced at install table", st)
 	}
-	r = testhost.Run(t, s.ns.Command(s.entrypoint, "--allow-unenforced", "--policy", s.policy, "--", s.probe, "status"))
+	r = testhost.Run(t, s.ns.Command("setpriv", "--bounding-set=-net_admin", "--inh-caps=-net_admin",
+		s.entrypoint, "--allow-unenforced", "--policy", s.policy, "--status", statusFile(t), "--", s.probe, "status"))
 	if !strings.Contains(r.Stdout, "CapBnd: 0000000000000000") || !strings.Contains(r.Stdout, "euid: 1000") {
 		t.Errorf("the privilege drop did not happen: %s", r)
 	}
+}
+
+// TestStatusIsTheEntrypointsOwn: a command that exits 77 leaves the status
+// "enforced", and it cannot rewrite the status file (owned by root, written
+// through a descriptor closed on exec).
+func TestStatusIsTheEntrypointsOwn(t *testing.T) {
+	s := newSandbox(t)
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	status := filepath.Join(dir, "status")
+	r := testhost.Run(t, s.ns.Command(s.entrypoint, "--policy", s.policy, "--status", status, "--", "sh", "-c",
+		`echo '{"outcome":"failed","code":77,"step":"install table"}' > `+status+`; ls -l /proc/self/fd/ >&2; exit 77`))
+	if r.Code != 77 || !strings.Contains(r.Stderr, "Permission denied") {
+		t.Errorf("the command: %s", r)
+	}
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeEnforced || st.Code != 0 {
+		t.Errorf("status %+v after the command tried to forge it, want enforced", st)
+	}
+	if strings.Contains(r.Stderr, "-> "+status) {
+		t.Errorf("the command inherited the status descriptor: %s", r.Stderr)
+	}
+}
+
+func statusFile(t *testing.T) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "status")
+}
+
+func readStatus(t *testing.T, path string) contract.Status {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the entrypoint wrote no status: %v", err)
+	}
+	st, err := contract.ParseStatus(b)
+	if err != nil {
+		t.Fatalf("status %q: %v", b, err)
+	}
+	return st
 }
 
 // TestDependencies: the entrypoint stays small and never links the podman

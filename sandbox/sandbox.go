@@ -199,16 +199,16 @@ func selinuxEnabled() bool {
 
 func ptr[T any](v T) *T { return &v }
 
-// Run creates the sandbox, attaches to it, starts it, waits, removes it and
-// returns the command's exit status.
-func Run(c *engine.Conn, o Options) (int, error) {
+// Run creates the sandbox, attaches to it, starts it, waits, reads the
+// entrypoint's own status, removes it and returns how it ended.
+func Run(c *engine.Conn, o Options) (Exit, error) {
 	s, err := Spec(o)
 	if err != nil {
-		return 0, fmt.Errorf("sandbox spec: %w", err)
+		return Exit{}, fmt.Errorf("sandbox spec: %w", err)
 	}
 	resp, err := containers.CreateWithSpec(c.Ctx, s, nil)
 	if err != nil {
-		return 0, fmt.Errorf("create sandbox: %w", err)
+		return Exit{}, fmt.Errorf("create sandbox: %w", err)
 	}
 	defer func() {
 		if rerr := engine.Remove(c, s.Name); rerr != nil {
@@ -223,7 +223,7 @@ func Run(c *engine.Conn, o Options) (int, error) {
 		// cannot enforce them (rootless cgroup v1), saying so only in a
 		// create warning (text, not an error): never let that pass.
 		if (o.PidsLimit > 0 || o.Memory > 0 || o.CPUs > 0) && strings.Contains(strings.ToLower(w), "limits") {
-			return 0, fmt.Errorf("resource limits cannot be enforced on this host: podman says %q; use --rlimit-fallback for nproc/data/cpu-seconds limits instead", w)
+			return Exit{}, fmt.Errorf("resource limits cannot be enforced on this host: podman says %q; use --rlimit-fallback for nproc/data/cpu-seconds limits instead", w)
 		}
 		o.Logf("podman: %s", w)
 	}
@@ -243,10 +243,10 @@ func Run(c *engine.Conn, o Options) (int, error) {
 	select {
 	case <-attachReady:
 	case err := <-attached:
-		return 0, fmt.Errorf("attach to sandbox: %w", err)
+		return Exit{}, fmt.Errorf("attach to sandbox: %w", err)
 	}
 	if err := containers.Start(c.Ctx, s.Name, nil); err != nil {
-		return 0, fmt.Errorf("start sandbox: %w", err)
+		return Exit{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	// Signals to aisb go to the agent, which ends the session the normal
 	// way (and so removes the gate). With a terminal, Ctrl-C arrives as a
@@ -267,9 +267,13 @@ func Run(c *engine.Conn, o Options) (int, error) {
 	}()
 	code, err := containers.Wait(c.Ctx, s.Name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
 	if err != nil {
-		return 0, fmt.Errorf("wait for sandbox: %w", err)
+		return Exit{}, fmt.Errorf("wait for sandbox: %w", err)
 	}
 	// Let the output drain before the container goes away.
 	<-attached
-	return int(code), nil
+	e := Exit{Code: int(code)}
+	if !o.Plain {
+		e.Status, e.StatusErr = readStatus(c, s.Name)
+	}
+	return e, nil
 }

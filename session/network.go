@@ -74,7 +74,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		return nil, fmt.Errorf("session policy: %w", err)
 	}
 	if o.Unenforced {
-		o.Logf("WARNING: --allow-unenforced: the sandbox runs even if its network table cannot be installed")
+		o.Logf("WARNING: --allow-unenforced: if the network table cannot be installed or verified, the sandbox runs without it")
 	}
 	return n, nil
 }

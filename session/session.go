@@ -103,7 +103,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	defer net.close(trace)
 	trace("network ready")
 
-	code, err := sandbox.Run(c, sandbox.Options{
+	exit, err := sandbox.Run(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
 		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
@@ -111,19 +111,28 @@ func Run(ctx context.Context, o Options) (int, error) {
 		Owner: owner, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	trace("sandbox done")
-	if err == nil {
-		explainExit(code, o.Logf)
+	if err != nil {
+		return 0, err
 	}
-	return code, err
+	explainExit(exit, o.Logf)
+	return exit.Code, nil
 }
 
-// explainExit says what the entrypoint's own exit statuses mean.
-func explainExit(code int, logf func(string, ...any)) {
-	switch code {
-	case contract.ExitEnforce:
-		logf("exit %d: the sandbox could not be enforced (network table or privilege drop failed), so the command did not run; `aisb doctor` checks this host", code)
-	case contract.ExitPolicy:
-		logf("exit %d: the sandbox's session policy was missing or invalid, so the command did not run", code)
+// explainExit tells the user what the entrypoint said about the sandbox.
+// The exit status alone proves nothing: the command can exit 77 too, so
+// "could not be enforced" comes only from the entrypoint's own status.
+func explainExit(e sandbox.Exit, logf func(string, ...any)) {
+	switch {
+	case e.Failed(contract.ExitEnforce):
+		logf("exit %d: the sandbox could not be enforced (%s failed), so the command did not run; `aisb doctor` checks this host", e.Code, e.Status.Step)
+	case e.Failed(contract.ExitPolicy):
+		logf("exit %d: the sandbox's session policy was missing or invalid, so the command did not run", e.Code)
+	case e.StatusErr != nil:
+		logf("the sandbox's entrypoint left no account of itself (%v); exit %d is the container's", e.StatusErr, e.Code)
+	case e.Status.Outcome == contract.OutcomeUnenforced:
+		logf("WARNING: this session ran WITHOUT its network table (--allow-unenforced; %s failed): its network was not enforced", e.Status.Step)
+	case !e.Status.Ran():
+		logf("exit %d: the command did not run (the entrypoint stopped at %q)", e.Code, e.Status.Step)
 	}
 }
 

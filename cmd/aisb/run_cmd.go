@@ -32,7 +32,10 @@ sandbox can then ask it to sign, for any host the gate admits, but never read
 a key. A project's .aisb.toml can never turn the agent on.
 
 Exit status: the command's own; 77 when the sandbox could not be enforced and
-78 when its policy was invalid (the command did not run in either case).
+78 when its policy was invalid (the command did not run in either case; aisb
+says so only when the sandbox's entrypoint reported it, never from the status
+alone, since the command may exit 77 too); 1 when the session lost its gate or
+its Podman service.
 
 EXAMPLE:
    aisb run --allow api.anthropic.com --env ANTHROPIC_API_KEY
@@ -55,7 +58,7 @@ EXAMPLE:
 			&cli.Float64Flag{Name: "cpus", Usage: "at most `N` CPUs"},
 			&cli.BoolFlag{Name: "rlimit-fallback", Usage: "where cgroups cannot enforce limits, use rlimits: --pids as nproc (per user), --memory as data (per process)"},
 			&cli.Uint64Flag{Name: "cpu-seconds", Usage: "with --rlimit-fallback: at most `N` seconds of CPU time per process"},
-			&cli.BoolFlag{Name: "allow-unenforced", Usage: "run even if the network table cannot be installed (never the default)"},
+			&cli.BoolFlag{Name: "allow-unenforced", Usage: "the table is still installed; only if installing or verifying it fails, run without it, loudly (never the default)"},
 		},
 		Action: func(c *cli.Context) error { return runAction(c, e) },
 	}

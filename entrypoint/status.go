@@ -1,0 +1,61 @@
+package entrypoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/aisb-dev/aisb/contract"
+)
+
+// statusWriter keeps the status file open from before the privilege drop;
+// each report replaces the whole content.
+type statusWriter struct{ f *os.File }
+
+func openStatus(path string) (*statusWriter, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The directory must be ours and closed to others, or the command could
+	// replace the file in it (an image may ship it otherwise).
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() {
+		return nil, fmt.Errorf("%s is not a directory owned by uid %d", dir, os.Getuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	// O_NOFOLLOW: never write through a link; Go opens with O_CLOEXEC, so
+	// the command does not inherit the descriptor.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	// A file left by the image or a previous run may carry other modes.
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return nil, err
+	}
+	w := &statusWriter{f: f}
+	return w, w.report(contract.Status{Outcome: contract.OutcomeStarted})
+}
+
+func (w *statusWriter) report(s contract.Status) error {
+	b, _ := json.Marshal(s)
+	if err := w.f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := w.f.WriteAt(append(b, '\n'), 0); err != nil {
+		return err
+	}
+	return w.f.Sync()
+}
