@@ -216,7 +216,7 @@ func Run(c *engine.Conn, o Options) (Exit, error) {
 		}
 	}()
 	if err := copyFiles(c, s.Name, o.Files); err != nil {
-		return 0, err
+		return Exit{}, err
 	}
 	for _, w := range resp.Warnings {
 		// Podman creates the container and ignores the limits where it

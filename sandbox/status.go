@@ -32,6 +32,10 @@ func (e Exit) Failed(code int) bool {
 // readStatus copies the entrypoint's status file out of the stopped
 // container through the API (an archive copy; no host mount involved).
 func readStatus(c *engine.Conn, name string) (contract.Status, error) {
+	root, err := rootOwner(c, name)
+	if err != nil {
+		return contract.Status{}, fmt.Errorf("read the entrypoint's status: %w", err)
+	}
 	var buf bytes.Buffer
 	copyFn, err := containers.CopyToArchive(c.Ctx, name, contract.StatusPath, &buf)
 	if err != nil {
@@ -52,9 +56,10 @@ func readStatus(c *engine.Conn, name string) (contract.Status, error) {
 		if h.Typeflag != tar.TypeReg {
 			return contract.Status{}, fmt.Errorf("read the entrypoint's status: %s is not a regular file", contract.StatusPath)
 		}
-		// Owned by the container's root, which the agent can never be.
-		if h.Uid != 0 {
-			return contract.Status{}, fmt.Errorf("read the entrypoint's status: owned by uid %d, not root", h.Uid)
+		// Owned by the container's root, which the agent can never be. The
+		// archive names owners as Podman's own user namespace sees them.
+		if h.Uid != root {
+			return contract.Status{}, fmt.Errorf("read the entrypoint's status: owned by uid %d, not the container's root (%d)", h.Uid, root)
 		}
 		b, err := io.ReadAll(io.LimitReader(tr, 4097))
 		if err != nil {
@@ -62,4 +67,24 @@ func readStatus(c *engine.Conn, name string) (contract.Status, error) {
 		}
 		return contract.ParseStatus(b)
 	}
+}
+
+// rootOwner is the uid an archive of the container gives its root: under
+// rootless Podman with keep-id, the id its uid map sends container uid 0 to
+// ("0:1:1000" gives 1), while the agent's uid appears as 0.
+func rootOwner(c *engine.Conn, name string) (int, error) {
+	data, err := containers.Inspect(c.Ctx, name, nil)
+	if err != nil {
+		return 0, err
+	}
+	if data.HostConfig == nil {
+		return 0, nil
+	}
+	for _, m := range data.HostConfig.IDMappings.UIDMap {
+		var ctr, host, size int
+		if _, err := fmt.Sscanf(m, "%d:%d:%d", &ctr, &host, &size); err == nil && ctr == 0 && size > 0 {
+			return host, nil
+		}
+	}
+	return 0, nil
 }
