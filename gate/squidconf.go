@@ -77,7 +77,6 @@ func Render(c Config) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	internal := c.Host.Refused()
 	var dns []string
 	for _, a := range c.DNS {
 		dns = append(dns, a.WithZone("").String())
@@ -134,7 +133,7 @@ func Render(c Config) (string, error) {
 		line("%s", l)
 	}
 	line("# The one ACL that resolves: reached only for allowed requests.")
-	line("acl gate_internal dst %s", strings.Join(internal, " "))
+	line("%s", internalACL(c.Host))
 	line("")
 	line("# Tags: always match, so each is put last on its line and records the rule.")
 	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed} {
@@ -168,4 +167,10 @@ func Render(c Config) (string, error) {
 	line("http_access allow gate_rule_%s", RuleAllowed)
 	line("http_access deny all")
 	return b.String(), nil
+}
+
+// internalACL is the one line of squid.conf that follows the host: every
+// internal range, and the host's on-link prefixes and addresses.
+func internalACL(h netaddr.Host) string {
+	return "acl gate_internal dst " + strings.Join(h.Refused(), " ")
 }

@@ -164,13 +164,23 @@ func followCommand(e *appEnv) *cli.Command {
 		Flags:  []cli.Flag{&cli.StringFlag{Name: "gate", Required: true}, &cli.IntFlag{Name: "port", Required: true}},
 		Action: func(c *cli.Context) error {
 			name := c.String("gate")
-			g := &gate.Gate{Session: name, Port: c.Int("port"), Dir: e.paths.GateDir(name)}
+			g := &gate.Gate{Name: gate.ContainerName(name), Session: name, Port: c.Int("port"), Dir: e.paths.GateDir(name)}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
 			stop, err := gate.FollowAudit(ctx, g, e.paths.AuditDir(), e.logf)
 			if err != nil {
 				return err
 			}
+			// A long-lived gate follows the host's addresses and on-link
+			// prefixes; Podman is reached only when they change.
+			go gate.WatchHost(ctx, g, gate.WatchEvery, func() error {
+				conn, err := engine.Connect(ctx, e.where)
+				if err != nil {
+					return err
+				}
+				defer conn.Close()
+				return gate.Reconfigure(conn, g)
+			}, e.logf)
 			// Follow for as long as the gate listens, or until gate down.
 			for misses := 0; misses < 3 && ctx.Err() == nil; {
 				select {

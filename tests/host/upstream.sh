@@ -7,7 +7,10 @@
 #   the metadata case), 100.64.77.10 (CGNAT): extra addresses of the same host, so
 #   a test that expects an internal address to be refused only ever reaches us.
 # The root namespace gets 198.51.100.1 on its end of the veth: that is "the host's
-# own address" for the gate's tests. Nothing of 203.0.113.0/24 is ever configured.
+# own address" for the gate's tests. It is a /32 (and 2001:db8:77::1 a /128) with a
+# route to the upstream: the upstream is a routed host, not on one of the host's
+# on-link networks, which the gate refuses whole. Nothing of 203.0.113.0/24 is
+# ever configured.
 # DNS answers the .test names below and logs every query in $state/dns.log.
 #
 # The test SSH server is OpenSSH's sshd in a namespace of its own, aisb-ssh
@@ -73,9 +76,15 @@ network() {
 	if ! ip link show aisb-up0 >/dev/null 2>&1; then
 		ip link add aisb-up0 type veth peer name eth0 netns "$ns"
 	fi
-	ip addr replace 198.51.100.1/24 dev aisb-up0
-	ip -6 addr replace 2001:db8:77::1/64 dev aisb-up0 nodad
+	# Host addresses, not networks: /32 and /128 plus a route to the upstream
+	# (an earlier layout gave the /24 and /64 on-link; remove them).
+	ip addr del 198.51.100.1/24 dev aisb-up0 2>/dev/null || true
+	ip -6 addr del 2001:db8:77::1/64 dev aisb-up0 2>/dev/null || true
+	ip addr replace 198.51.100.1/32 dev aisb-up0
+	ip -6 addr replace 2001:db8:77::1/128 dev aisb-up0 nodad
 	ip link set aisb-up0 up
+	ip route replace "$AISB_UPSTREAM_ADDR/32" dev aisb-up0
+	ip -6 route replace 2001:db8:77::10/128 dev aisb-up0
 	ip -n "$ns" link set lo up
 	ip -n "$ns" addr replace "$AISB_UPSTREAM_ADDR/24" dev eth0
 	ip -n "$ns" -6 addr replace 2001:db8:77::10/64 dev eth0 nodad

@@ -1,0 +1,87 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+
+	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/netaddr"
+)
+
+// WatchEvery is how often a running gate re-reads the host's addresses.
+const WatchEvery = 2 * time.Second
+
+// WatchHost keeps a running gate's refused destinations in step with the
+// host: every interval it re-reads the host's addresses and on-link
+// prefixes (an IPv6 privacy address rotates daily, a laptop joins another
+// LAN) and, when they changed, rewrites the gate's internal-destination ACL
+// and has squid reconfigure through reconfigure (Reconfigure, given a
+// connection). It returns when ctx ends.
+func WatchHost(ctx context.Context, g *Gate, every time.Duration, reconfigure func() error, logf func(string, ...any)) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := refreshHost(g, reconfigure); err != nil {
+			logf("gate %s: follow the host's addresses: %v", g.Session, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// errNoACL is a squid.conf without the gate's internal-destination line.
+var errNoACL = errors.New("squid.conf has no gate_internal line")
+
+// refreshHost rewrites squid.conf's internal ACL if the host changed, and
+// then has squid reconfigure.
+func refreshHost(g *Gate, reconfigure func() error) error {
+	h, err := netaddr.HostAddrs()
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(g.Dir, "squid.conf")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	want := internalACL(h)
+	lines := strings.Split(string(b), "\n")
+	found := false
+	for i, l := range lines {
+		if strings.HasPrefix(l, "acl gate_internal dst ") {
+			if l == want {
+				return nil
+			}
+			lines[i], found = want, true
+		}
+	}
+	if !found {
+		return errNoACL
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return reconfigure()
+}
+
+// Reconfigure has the gate's squid re-read squid.conf (SIGHUP).
+func Reconfigure(c *engine.Conn, g *Gate) error {
+	if err := containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("HUP")); err != nil {
+		return fmt.Errorf("reconfigure squid: %w", err)
+	}
+	return nil
+}
