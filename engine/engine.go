@@ -47,6 +47,7 @@ type Conn struct {
 	private *exec.Cmd     // the service aisb started, if any
 	exited  chan struct{} // closed when the private service has exited
 	sock    string
+	lockDir string // where the per-service create lock lives
 }
 
 // Where says how to reach Podman; the caller reads the environment once.
@@ -60,6 +61,9 @@ type Where struct {
 // exits with aisb (parent-death signal) and on Close.
 func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c := &Conn{}
+	if w.RuntimeDir != "" {
+		c.lockDir = filepath.Join(w.RuntimeDir, "aisb")
+	}
 	switch {
 	case w.URI != "":
 		c.URI = w.URI
@@ -200,7 +204,7 @@ func RunOnce(c *Conn, image, hostDir, mountPoint string, argv []string) (int, er
 	}
 	s.UserNS = userns
 	s.Mounts = []spec.Mount{{Type: "bind", Source: hostDir, Destination: mountPoint, Options: []string{"rw"}}}
-	resp, err := containers.CreateWithSpec(c.Ctx, s, nil)
+	resp, err := Create(c, s)
 	if err != nil {
 		return 0, fmt.Errorf("create: %w", err)
 	}

@@ -117,7 +117,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if o.Owner != "" {
 		s.Labels[engine.LabelOwner] = o.Owner
 	}
-	if _, err := containers.CreateWithSpec(c.Ctx, s, nil); err != nil {
+	if _, err := engine.Create(c, s); err != nil {
 		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
 	}
 	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {

@@ -206,7 +206,7 @@ func Run(c *engine.Conn, o Options) (Exit, error) {
 	if err != nil {
 		return Exit{}, fmt.Errorf("sandbox spec: %w", err)
 	}
-	resp, err := containers.CreateWithSpec(c.Ctx, s, nil)
+	resp, err := engine.Create(c, s)
 	if err != nil {
 		return Exit{}, fmt.Errorf("create sandbox: %w", err)
 	}

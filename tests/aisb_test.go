@@ -29,6 +29,7 @@ type aisbUser struct {
 	state   string // XDG_STATE_HOME
 	base    string // AISB_BASE_IMAGE
 	private bool   // no CONTAINER_HOST: aisb starts its own podman service
+	host    string // CONTAINER_HOST instead of the tests' shared service
 }
 
 func newAisb(t *testing.T, base, configTOML string) *aisbUser {
@@ -69,7 +70,10 @@ func (a *aisbUser) command(t *testing.T, ctx context.Context, args ...string) []
 	if a.base != "" {
 		env = append(env, "AISB_BASE_IMAGE="+a.base)
 	}
-	if !a.private {
+	switch {
+	case a.host != "":
+		env = append(env, "CONTAINER_HOST="+a.host)
+	case !a.private:
 		env = append(env, "CONTAINER_HOST="+testhost.Service(t))
 	}
 	return append(append(append([]string{"env"}, env...), a.bin), args...)
