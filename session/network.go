@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
@@ -21,6 +23,8 @@ type network struct {
 	policyFile string
 	hostAdd    []string
 	close      func(trace func(string))
+	// lost is the gate dying mid-session (gate.ErrLost), or nil.
+	lost func() error
 }
 
 // openNetwork writes the session policy for the mode: in allow mode after the
@@ -30,17 +34,39 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 	cfg := o.Config.Config
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(helper))
-	n := &network{close: func(func(string)) {}}
+	n := &network{close: func(func(string)) {}, lost: func() error { return nil }}
 	p := contract.Policy{Version: contract.PolicyVersion, Mode: mode}
 	switch mode {
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		port, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner)
+		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner)
 		if err != nil {
 			return nil, err
 		}
+		port := g.Port
+		// The user hears at once when the gate dies under a running agent.
+		var mu sync.Mutex
+		var lostErr error
+		actx, stopAlive := context.WithCancel(ctx)
+		alive := make(chan struct{})
+		go func() {
+			gate.WatchAlive(actx, g, 250*time.Millisecond, func(err error) {
+				mu.Lock()
+				lostErr = err
+				mu.Unlock()
+				o.Logf("WARNING: %v: the sandbox can no longer reach the network (its requests fail, nothing gets out); this session will end in error", err)
+			})
+			close(alive)
+		}()
+		n.lost = func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			return lostErr
+		}
 		n.close = func(trace func(string)) {
+			stopAlive()
+			<-alive
 			if err := stop(); err != nil {
 				o.Logf("%v", err)
 			}
@@ -83,28 +109,38 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 // follows its audit; stop removes it. It is not started concurrently with
 // the sandbox's creation: measured here, Podman 5.4 then sometimes fails the
 // sandbox's attach ("doesn't map UID 0"), for some 30 ms of gain.
-func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string) (port int, stop func() error, err error) {
+func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string) (g *gate.Gate, stop func() error, err error) {
 	cfg := o.Config.Config
 	if o.GateName != "" {
 		g, err := gate.Find(c, o.GateName, o.Paths.GateDir(o.GateName))
 		if err != nil {
-			return 0, nil, err
+			return nil, nil, err
 		}
-		return g.Port, func() error { return nil }, nil
+		return g, func() error { return nil }, nil
 	}
 	gateImg, _, err := image.Ensure(c, gate.ImageSpec(cfg.Sandbox.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Progress: o.Stderr, Logf: o.Logf})
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
-	g, err := gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner})
+	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner})
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	stopFollow, err := gate.FollowAudit(ctx, g, o.Paths.AuditDir(), o.Logf)
 	if err != nil {
-		return 0, nil, errors.Join(err, g.Stop(c))
+		return nil, nil, errors.Join(err, g.Stop(c))
 	}
-	return g.Port, func() error {
+	// The host's addresses and on-link prefixes can change during a long
+	// session: the gate follows them.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		gate.WatchHost(wctx, g, gate.WatchEvery, func() error { return gate.Reconfigure(c, g) }, o.Logf)
+		close(watched)
+	}()
+	return g, func() error {
+		stopWatch()
+		<-watched
 		err := g.Stop(c)
 		if ferr := stopFollow(); ferr != nil {
 			err = errors.Join(err, fmt.Errorf("the audit of session %s is incomplete: %w", id, ferr))

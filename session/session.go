@@ -3,14 +3,17 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/reaper"
@@ -111,10 +114,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 		Owner: owner, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	trace("sandbox done")
+	if err != nil && !c.Alive() {
+		return 0, recoverService(ctx, c, o, id, err)
+	}
 	if err != nil {
 		return 0, err
 	}
 	explainExit(exit, o.Logf)
+	if err := net.lost(); err != nil {
+		return exit.Code, fmt.Errorf("this session lost its gate: %w; the command exited %d, but what it sent after that never left", err, exit.Code)
+	}
 	return exit.Code, nil
 }
 
@@ -156,3 +165,27 @@ func tracer(on bool, logf func(string, ...any)) func(string) {
 		logf("trace: %6.1f ms %s", float64(time.Since(start).Microseconds())/1000, phase)
 	}
 }
+
+// recoverService handles the Podman service dying under a running session:
+// the sandbox and its gate may still run without it. aisb says so at once,
+// waits for a service to answer again and removes them itself (the next
+// aisb command's reaping is the fallback when it gives up).
+func recoverService(ctx context.Context, c *engine.Conn, o Options, id string, cause error) error {
+	names := []string{sandbox.ContainerName(id), gate.ContainerName(id)}
+	o.Logf("lost the Podman service at %s (%v): the session's containers (%s) may still be running; waiting up to %s for Podman to answer again to remove them", c.URI, cause, strings.Join(names, ", "), serviceWait)
+	if err := c.Reconnect(ctx, o.Where, serviceWait); err != nil {
+		return fmt.Errorf("lost the Podman service and it did not come back within %s (%v); the next aisb command removes %s", serviceWait, err, strings.Join(names, ", "))
+	}
+	var errs []error
+	for _, n := range names {
+		errs = append(errs, engine.Remove(c, n))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("lost the Podman service mid-session; once it was back, removing the session's containers failed: %w", err)
+	}
+	o.Logf("Podman answers again: removed %s", strings.Join(names, ", "))
+	return fmt.Errorf("the session ended because the Podman service died under it (%v)", cause)
+}
+
+// serviceWait is how long a session whose Podman service died waits for it.
+const serviceWait = 2 * time.Minute

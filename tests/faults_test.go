@@ -1,0 +1,205 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+// upstreamSaw reports whether the test upstream logged a request for path.
+func upstreamSaw(t *testing.T, path string) bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testhost.StateDir, "connections.log"))
+	if err != nil {
+		t.Fatalf("read the upstream's log: %v", err)
+	}
+	return strings.Contains(string(b), " "+path+" ")
+}
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// gateContainer is the name of the one running session gate.
+func gateContainer(t *testing.T) string {
+	t.Helper()
+	for _, n := range sessionContainers(t) {
+		if strings.HasPrefix(n, "aisb-gate-") {
+			return n
+		}
+	}
+	t.Fatalf("no gate container among %v", sessionContainers(t))
+	return ""
+}
+
+// TestGateKilledMidSession: when the gate dies while the agent works, the
+// agent's egress is gone (its next request never reaches the upstream),
+// the user is told at once while the agent still runs, and the session's
+// end says so again. Control: the same request before the kill arrives.
+func TestGateKilledMidSession(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	mark := fmt.Sprint(time.Now().UnixNano())
+	before, after := "/before-"+mark, "/after-"+mark
+	r := a.start(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
+		"probe http-proxy $HTTP_PROXY http://allowed.test"+before+"; echo before=$?; touch /project/ready; "+
+			"while [ ! -e /project/go ]; do sleep 0.1; done; "+
+			"probe http-proxy $HTTP_PROXY http://allowed.test"+after+"; echo after=$?")
+	if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+		t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
+	}
+	if !upstreamSaw(t, before) {
+		t.Fatalf("control: the request before the kill did not reach the upstream: %s", r.stdout)
+	}
+	testhost.Podman(t, "kill", gateContainer(t))
+	if !waitFor(3*time.Second, func() bool { return r.stderrSays("gate", "stopped") }) || r.exited() {
+		t.Errorf("3 s after the gate died, while the agent still runs, stderr says nothing: %q", r.stderr)
+	}
+	writeUserFile(t, filepath.Join(a.project, "go"), "")
+	res := r.wait(t, time.Minute)
+	if !strings.Contains(res.Stdout, "after=1") || upstreamSaw(t, after) {
+		t.Errorf("the request after the gate died got out: %s", res)
+	}
+	if strings.Count(res.Stderr, "gate") < 2 || !strings.Contains(res.Stderr, "lost its gate") {
+		t.Errorf("the session's end does not say it lost its gate: %s", res)
+	}
+	if res.Code == 0 {
+		t.Errorf("a session that lost its gate exits 0: %s", res)
+	}
+	if !waitGone(t, 20*time.Second) {
+		t.Errorf("containers remain: %v", sessionContainers(t))
+	}
+}
+
+// TestSignalsReachTheAgent: SIGTERM, SIGHUP and SIGINT to aisb reach the
+// agent (its trap runs), and nothing remains afterwards.
+func TestSignalsReachTheAgent(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), "")
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			os.Remove(filepath.Join(a.project, "ready"))
+			os.Remove(filepath.Join(a.project, "signal"))
+			r := a.start(t, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
+				`for s in TERM HUP INT; do trap "echo got-$s > /project/signal; exit 3" $s; done; touch /project/ready; while :; do sleep 0.1; done`)
+			if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+				t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
+			}
+			pid := findProcess(a.bin, " run ")
+			if pid == 0 {
+				t.Fatal("no aisb process")
+			}
+			syscall.Kill(pid, sig)
+			res := r.wait(t, 30*time.Second)
+			name := strings.TrimPrefix(sig.String(), "SIG")
+			if b, _ := os.ReadFile(filepath.Join(a.project, "signal")); strings.TrimSpace(string(b)) != "got-"+signalName(sig) || res.Code != 3 {
+				t.Errorf("%s: the agent's trap said %q; aisb %s", name, b, res)
+			}
+			if !waitGone(t, 20*time.Second) {
+				t.Errorf("containers remain: %v", sessionContainers(t))
+			}
+		})
+	}
+}
+
+func signalName(s syscall.Signal) string {
+	return map[syscall.Signal]string{syscall.SIGTERM: "TERM", syscall.SIGHUP: "HUP", syscall.SIGINT: "INT"}[s]
+}
+
+// TestPodmanServiceDiesMidSession: the service aisb drives dies while the
+// agent runs; aisb says so at once, and once a service answers on the same
+// socket again it removes the sandbox and the gate itself.
+func TestPodmanServiceDiesMidSession(t *testing.T) {
+	testhost.Require(t)
+	u, _ := user.Lookup(testhost.User)
+	sock := fmt.Sprintf("/run/user/%s/aisb-faults-%d.sock", u.Uid, time.Now().UnixNano())
+	startService := func() *exec.Cmd {
+		cmd := testhost.UserCommand(context.Background(), "podman", "system", "service", "--time=0", "unix://"+sock)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if !waitFor(10*time.Second, func() bool { return exists(sock) }) {
+			t.Fatal("the podman service did not come up")
+		}
+		return cmd
+	}
+	startService()
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	a.host = "unix://" + sock
+	r := a.start(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c", "touch /project/ready; sleep 600")
+	if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+		t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
+	}
+	svc := findProcess("podman", "system", "service", sock)
+	if svc == 0 {
+		t.Fatal("no podman service process")
+	}
+	syscall.Kill(svc, syscall.SIGKILL)
+	os.Remove(sock)
+	if !waitFor(5*time.Second, func() bool { return r.stderrSays("lost the Podman service") }) {
+		t.Errorf("5 s after the service died aisb says nothing: %q", r.stderr)
+	}
+	time.Sleep(2 * time.Second)
+	if n := len(sessionContainers(t)); n != 2 {
+		t.Errorf("control: with no service nothing could remove the 2 containers, yet %d remain", n)
+	}
+	startService()
+	res := r.wait(t, time.Minute)
+	if !strings.Contains(res.Stderr, "removed") || res.Code == 0 {
+		t.Errorf("after the service came back: %s", res)
+	}
+	if left := sessionContainers(t); len(left) > 0 {
+		t.Errorf("containers remain once Podman is reachable again: %v", left)
+	}
+}
+
+// TestAuditDirectoryUnwritable: a session whose audit cannot be written does
+// not start; one whose audit disk fills up mid-session tells the user at
+// once that auditing stopped, and its end says the audit is incomplete.
+func TestAuditDirectoryUnwritable(t *testing.T) {
+	base := testBaseImage(t)
+	t.Run("read-only at start", func(t *testing.T) {
+		a := newAisb(t, base, dnsConfig())
+		dir := filepath.Join(a.state, "aisb", "audit")
+		writeUserFile(t, filepath.Join(dir, "placeholder"), "")
+		os.Chmod(dir, 0o500)
+		res := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "touch", "/project/ran")
+		if res.Code == 0 || !strings.Contains(res.Stderr, "audit") || exists(filepath.Join(a.project, "ran")) {
+			t.Errorf("a session with an unwritable audit directory: %s", res)
+		}
+		if left := sessionContainers(t); len(left) > 0 {
+			t.Errorf("containers remain: %v", left)
+		}
+	})
+	t.Run("full mid-session", func(t *testing.T) {
+		a := newAisb(t, base, dnsConfig())
+		dir := filepath.Join(a.state, "aisb", "audit")
+		writeUserFile(t, filepath.Join(dir, "placeholder"), "")
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+			t.Fatalf("mount a small tmpfs: %v %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+		u, _ := user.Lookup(testhost.User)
+		exec.Command("chown", u.Uid+":"+u.Gid, dir).Run()
+		// Leave a few KB: the first events fit, the rest do not.
+		exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(dir, "filler"), "bs=1k", "count=56").Run()
+		r := a.start(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
+			"for i in $(seq 80); do probe http-proxy $HTTP_PROXY http://allowed.test/audit-$i >/dev/null; done; echo requests-done; touch /project/ready; sleep 5")
+		if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+			t.Fatalf("the agent never finished its requests: %s %s", r.stdout, r.stderr)
+		}
+		if !waitFor(3*time.Second, func() bool { return r.stderrSays("audit", "stopped") }) || r.exited() {
+			t.Errorf("while the agent still runs, stderr does not say auditing stopped: %q", r.stderr)
+		}
+		res := r.wait(t, time.Minute)
+		if !strings.Contains(res.Stderr, "incomplete") {
+			t.Errorf("the session's end does not say the audit is incomplete: %s", res)
+		}
+	})
+}
