@@ -14,7 +14,7 @@
 # DNS answers the .test names below and logs every query in $state/dns.log.
 #
 # The test SSH server is OpenSSH's sshd in a namespace of its own, aisb-ssh
-# (198.51.100.22 on a /30 whose other end, 198.51.100.21, is the root
+# (198.51.100.22 on a /30 whose other end, 198.51.100.21/32 with a route, is the root
 # namespace's): the upstream's namespace already listens on *:22, and a
 # second listener on a port that a wildcard socket holds is refused. It has
 # a throw-away host key made here ($state/ssh), lets $AISB_GIT_USER in with the
@@ -69,7 +69,17 @@ stop_daemons() {
 		[ -f "$state/$p.pid" ] && kill "$(cat "$state/$p.pid")" 2>/dev/null || true
 		rm -f "$state/$p.pid"
 	done
+	# The namespace holds nothing but these daemons: a daemon whose pid was
+	# not recorded (a wrapper's pid was) must not survive to hold the ports.
+	local pids
+	pids=$(ip netns pids "$ns" 2>/dev/null || true)
+	[ -n "$pids" ] && kill $pids 2>/dev/null || true
+	for _ in $(seq 30); do
+		[ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break
+		sleep 0.1
+	done
 }
+
 
 network() {
 	ip netns list | grep -qw "^$ns" || ip netns add "$ns"
@@ -137,8 +147,12 @@ ssh_network() {
 	if ! ip link show aisb-ssh0 >/dev/null 2>&1; then
 		ip link add aisb-ssh0 type veth peer name eth0 netns "$ns"
 	fi
-	ip addr replace 198.51.100.21/30 dev aisb-ssh0
+	# A host address and a route, not an on-link /30: the gate refuses the
+	# host's on-link networks, and git.test stands for a host on the internet.
+	ip addr del 198.51.100.21/30 dev aisb-ssh0 2>/dev/null || true
+	ip addr replace 198.51.100.21/32 dev aisb-ssh0
 	ip link set aisb-ssh0 up
+	ip route replace "$AISB_SSH_ADDR/32" dev aisb-ssh0
 	ip -n "$ns" link set lo up
 	ip -n "$ns" addr replace "$AISB_SSH_ADDR/30" dev eth0
 	ip -n "$ns" link set eth0 up
@@ -183,11 +197,17 @@ up() {
 	closefds ip netns exec "$ns" dnsmasq --conf-file=/dev/null --no-resolv --no-hosts --no-poll \
 		--addn-hosts="$state/hosts" --local=/test/ --log-queries --log-facility="$state/dns.log" \
 		--pid-file="$state/dnsmasq.pid" --user=root --group=root --interface=eth0 --bind-interfaces
-	# Without the caller's descriptors: a lock fd of `flock LOCK setup.sh`
-	# kept by the daemon would hold that lock for as long as it runs.
-	closefds ip netns exec "$ns" setsid "$AISB_CACHE/upstream" -log "$state/connections.log" \
-		-names "$(hosts | awk '{for (i = 2; i <= NF; i++) print $i}' | sort -u | paste -sd,)" \
-		</dev/null >>"$state/upstream.err" 2>&1 &
+	# In the background with its descriptors closed, as the last command of
+	# the subshell: $! is the daemon itself, and it holds no lock of ours.
+	(
+		for fd in /proc/$BASHPID/fd/*; do
+			fd=${fd##*/}
+			[ "$fd" -gt 2 ] && [ "$fd" != 255 ] && eval "exec $fd>&-"
+		done
+		exec ip netns exec "$ns" setsid "$AISB_CACHE/upstream" -log "$state/connections.log" \
+			-names "$(hosts | awk '{for (i = 2; i <= NF; i++) print $i}' | sort -u | paste -sd,)" \
+			</dev/null >>"$state/upstream.err" 2>&1
+	) &
 	echo $! >"$state/upstream.pid"
 	sha256sum <"$AISB_CACHE/upstream" >"$state/upstream.sum"
 	for _ in $(seq 50); do
