@@ -25,6 +25,19 @@ func upstreamSaw(t *testing.T, path string) bool {
 	return strings.Contains(string(b), " "+path+" ")
 }
 
+// userDir makes dir and its parent under the state directory, owned by the
+// test user.
+func userDir(t *testing.T, dir string) {
+	t.Helper()
+	u, _ := user.Lookup(testhost.User)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		os.MkdirAll(d, 0o700)
+		if out, err := exec.Command("chown", u.Uid+":"+u.Gid, d).CombinedOutput(); err != nil {
+			t.Fatalf("chown %s: %v %s", d, err, out)
+		}
+	}
+}
+
 func exists(path string) bool { _, err := os.Stat(path); return err == nil }
 
 // gateContainer is the name of the one running session gate.
@@ -57,7 +70,16 @@ func TestGateKilledMidSession(t *testing.T) {
 	if !upstreamSaw(t, before) {
 		t.Fatalf("control: the request before the kill did not reach the upstream: %s", r.stdout)
 	}
-	testhost.Podman(t, "kill", gateContainer(t))
+	// The gate's squid dies as a crash would: SIGKILL to its process.
+	name := gateContainer(t)
+	ins := testhost.Podman(t, "inspect", "--format", "{{.State.Pid}}", name)
+	var pid int
+	if _, err := fmt.Sscan(ins.Stdout, &pid); err != nil || pid <= 1 {
+		t.Fatalf("the gate's pid: %s", ins)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the gate: %v", err)
+	}
 	if !waitFor(3*time.Second, func() bool { return r.stderrSays("gate", "stopped") }) || r.exited() {
 		t.Errorf("3 s after the gate died, while the agent still runs, stderr says nothing: %q", r.stderr)
 	}
@@ -167,7 +189,7 @@ func TestAuditDirectoryUnwritable(t *testing.T) {
 	t.Run("read-only at start", func(t *testing.T) {
 		a := newAisb(t, base, dnsConfig())
 		dir := filepath.Join(a.state, "aisb", "audit")
-		writeUserFile(t, filepath.Join(dir, "placeholder"), "")
+		userDir(t, dir)
 		os.Chmod(dir, 0o500)
 		res := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "touch", "/project/ran")
 		if res.Code == 0 || !strings.Contains(res.Stderr, "audit") || exists(filepath.Join(a.project, "ran")) {
@@ -180,7 +202,7 @@ func TestAuditDirectoryUnwritable(t *testing.T) {
 	t.Run("full mid-session", func(t *testing.T) {
 		a := newAisb(t, base, dnsConfig())
 		dir := filepath.Join(a.state, "aisb", "audit")
-		writeUserFile(t, filepath.Join(dir, "placeholder"), "")
+		userDir(t, dir)
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
 			t.Fatalf("mount a small tmpfs: %v %s", err, out)
 		}
