@@ -145,7 +145,8 @@ func TestPodmanServiceDiesMidSession(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		// SIGTERM, which runuser passes on; SIGKILL would orphan the service.
+		t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
 		if !waitFor(10*time.Second, func() bool { return exists(sock) }) {
 			t.Fatal("the podman service did not come up")
 		}
