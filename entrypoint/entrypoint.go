@@ -145,7 +145,15 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		return fail("verify privileges", ExitEnforce, err)
 	}
 
-	// 5. Exec the command on this same thread, as the agent user.
+	// 5. Restrict socket families to UNIX, INET, INET6 and NETLINK and
+	//    refuse io_uring, with a seccomp filter the command inherits and
+	//    cannot remove (seccomp.go). It needs no_new_privs from step 4, and
+	//    --allow-unenforced does not skip it.
+	if err := restrictSockets(); err != nil {
+		return fail("restrict socket families", ExitEnforce, err)
+	}
+
+	// 6. Exec the command on this same thread, as the agent user.
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		code := ExitNotFound

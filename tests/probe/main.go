@@ -67,6 +67,24 @@ func main() {
 	case "nft":
 		need(args, 1)
 		err = probeNFT(args[0])
+	case "family":
+		need(args, 1)
+		err = probeFamily(args[0])
+	case "families":
+		need(args, 0)
+		err = probeFamilies()
+	case "socketpair":
+		need(args, 0)
+		err = probeSocketpair()
+	case "netlink-route":
+		need(args, 0)
+		err = probeNetlinkRoute()
+	case "io_uring":
+		need(args, 0)
+		err = probeIOUring()
+	case "unix":
+		need(args, 1)
+		err = probeUnix(args[0])
 	default:
 		usage()
 	}
@@ -77,7 +95,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | nproc N | alloc MIB | loopback | status | nft list|flush|delete|accept")
+	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | nproc N | alloc MIB | loopback | status | nft list|flush|delete|accept | family NAME | families | socketpair | netlink-route | io_uring | unix PATH|@NAME")
 	os.Exit(2)
 }
 
