@@ -28,6 +28,13 @@ try gate timeout 5 bash -c 'exec 3<>/dev/tcp/%[1]s/%[2]d'
 try other timeout 5 bash -c 'exec 3<>/dev/tcp/%[1]s/%[3]d'
 try udp timeout 5 python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.sendto(b"q", ("%[1]s", %[4]d)); s.recv(64)'
 try raw python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)'
+family() { python3 -c "import socket, errno
+try:
+    socket.socket(socket.$2, socket.$3).close(); print('$1=ok')
+except OSError as e:
+    print('$1=' + errno.errorcode.get(e.errno, str(e.errno)))"; }
+family vsock AF_VSOCK SOCK_STREAM
+family packet AF_PACKET SOCK_DGRAM
 `, mapped, gatePort, otherPort, udpPort)
 }
 
@@ -108,6 +115,7 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 	verdict("direct UDP and DNS", "udp", "blocked", "UDP (so DNS) is dropped", "UDP gets out")
 	verdict("raw sockets", "raw", "blocked", "raw sockets are refused", "a raw socket opened")
 	verdict("agent vs table", "reinstall", "77", "after the drop the agent cannot replace the table (exit 77)", "the agent could reinstall the table")
+	families(r, ctl, got)
 	if got["CapEff"] == "0000000000000000" && got["CapBnd"] == "0000000000000000" && got["NoNewPrivs"] == "1" {
 		r.add("privileges", Pass, "the agent has no capabilities, an empty bounding set and no_new_privs")
 	} else {
@@ -213,4 +221,19 @@ func (t *targets) close() {
 	for _, c := range t.closers {
 		c()
 	}
+}
+
+// families checks that the sandbox refuses AF_VSOCK and AF_PACKET with the
+// entrypoint's EAFNOSUPPORT (a missing capability would say EPERM), next to
+// the control opening them in a plain container (root, NET_RAW).
+func families(r *Report, ctl, got map[string]string) {
+	if got["vsock"] != "EAFNOSUPPORT" || got["packet"] != "EAFNOSUPPORT" {
+		r.add("socket families", Fail, "the sandbox opened them or refused them otherwise than the entrypoint's filter does: vsock=%s packet=%s, want EAFNOSUPPORT", got["vsock"], got["packet"])
+		return
+	}
+	if ctl["vsock"] != "ok" && ctl["packet"] != "ok" {
+		r.add("socket families", Warn, "refused in the sandbox, but a plain container cannot open them either (vsock=%s packet=%s), so this host does not show the filter at work", ctl["vsock"], ctl["packet"])
+		return
+	}
+	r.add("socket families", Pass, "AF_VSOCK and AF_PACKET are refused in the sandbox (EAFNOSUPPORT) and open in a plain container (vsock=%s packet=%s)", ctl["vsock"], ctl["packet"])
 }

@@ -35,7 +35,7 @@ func TestDoctor(t *testing.T) {
 		r := a.run(t, "doctor", "--json")
 		checks := doctorChecks(t, r)
 		for _, name := range []string{"podman", "network helper", "subordinate ids", "storage driver", "gate config", "control",
-			"table installed", "gate reachable", "other host ports", "direct UDP and DNS", "raw sockets", "agent vs table", "privileges", "fails closed"} {
+			"table installed", "gate reachable", "other host ports", "direct UDP and DNS", "raw sockets", "socket families", "agent vs table", "privileges", "fails closed"} {
 			if c := checks[name]; c.Status != doctor.Pass {
 				t.Errorf("%s: %s %s", name, c.Status, c.Reason)
 			}
