@@ -16,6 +16,7 @@ import (
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/projectscan"
 	"github.com/aisb-dev/aisb/reaper"
 	"github.com/aisb-dev/aisb/sandbox"
 	"github.com/aisb-dev/aisb/state"
@@ -40,6 +41,10 @@ type Options struct {
 	Logf           func(format string, args ...any)
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
+
+	// AllowProjectSockets runs even when the project holds UNIX socket
+	// files, which the sandbox could connect to (sockets.go).
+	AllowProjectSockets bool
 }
 
 // Run runs the session and returns the command's exit status.
@@ -71,6 +76,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	// The walk of the project runs while Podman gets ready; its verdict
+	// is awaited before anything starts.
+	sockets := scanSockets(o.ProjectDir, projectscan.DefaultBudget, o.AllowProjectSockets, o.Logf)
 	c, err := engine.Connect(ctx, o.Where)
 	if err != nil {
 		return 0, err
@@ -86,6 +94,10 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	trace("connected, image ready")
+	if err := sockets(); err != nil {
+		return 0, err
+	}
+	trace("project scanned")
 
 	id, owner := state.NewSessionID(), state.Owner()
 	dir := o.Paths.SessionDir(id)

@@ -39,6 +39,9 @@ var forbidden = map[string][]string{
 	"doctor":     {mod + "session", mod + "config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	// The CLI need not link nftables: only aisb-entrypoint does.
 	"cmd/aisb": {mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+
+	// A leaf: the session's scan of the project for socket files.
+	"projectscan": {mod},
 }
 
 func deps(t *testing.T, pkg string) []string {
