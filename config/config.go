@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/contract"
+	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 // Version is the only configuration format version this aisb reads.
@@ -29,6 +30,20 @@ type Config struct {
 	Env     Env     `toml:"env"`
 	Limits  Limits  `toml:"limits"`
 	Sandbox Sandbox `toml:"sandbox"`
+	Logs    Logs    `toml:"logs"`
+}
+
+// Logs bound what a session's gate leaves on disk.
+type Logs struct {
+	SessionMax string `toml:"session_max"` // one audit file, e.g. "64m"
+	TotalMax   string `toml:"total_max"`   // all audit files together
+}
+
+// Bytes are the two bounds in bytes (each was checked by checkLogs).
+func (l Logs) Bytes() (session, total int64) {
+	session, _ = ParseMemory(l.SessionMax)
+	total, _ = ParseMemory(l.TotalMax)
+	return session, total
 }
 
 // Network says what the sandbox may reach.
@@ -86,6 +101,7 @@ func Default() Config {
 		Version: Version,
 		Network: Network{Mode: contract.ModeAllow},
 		Sandbox: Sandbox{Harness: "pi", BaseImage: DefaultBaseImage},
+		Logs:    Logs{SessionMax: "64m", TotalMax: "512m"},
 	}
 }
 
@@ -96,11 +112,13 @@ type Problem struct {
 	Msg   string
 }
 
+// String is the problem on one line of printable ASCII: a file name or a
+// field from a hostile file cannot drive the terminal it is printed on.
 func (p Problem) String() string {
 	if p.Field == "" {
-		return p.File + ": " + p.Msg
+		return termsafe.Printable(p.File + ": " + p.Msg)
 	}
-	return p.File + ": " + p.Field + ": " + p.Msg
+	return termsafe.Printable(p.File + ": " + p.Field + ": " + p.Msg)
 }
 
 // ErrInvalid is wrapped by every *Problems error.
@@ -132,12 +150,27 @@ type File struct {
 // Defines reports whether the file sets the dotted key, e.g. "network.mode".
 func (f *File) Defines(key string) bool { return f.defined[key] }
 
-// ReadFile reads and validates one configuration file. A missing file is
+// MaxFileSize bounds a configuration file: larger ones are refused unread.
+const MaxFileSize = 64 << 10
+
+// ReadFile reads and validates one configuration file of the user's own
+// (links followed; a regular file within MaxFileSize). A missing file is
 // reported with os.ErrNotExist in the chain.
 func ReadFile(path string) (*File, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFollow(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(path, b)
+}
+
+// ReadProjectFile reads and validates a project's file, which the agent can
+// write: read once, never through a link, a regular file within
+// MaxFileSize, so a FIFO, a device or a huge file is an error, not a hang.
+func ReadProjectFile(path string) (*File, error) {
+	b, err := safefile.Read(path, MaxFileSize)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w; make it a plain file or remove it", err)
 	}
 	return Parse(path, b)
 }
@@ -170,7 +203,8 @@ func Parse(name string, content []byte) (*File, error) {
 }
 
 var knownKeys = map[string][]string{
-	"":        {"version", "network", "env", "limits", "sandbox"},
+	"":        {"version", "network", "env", "limits", "sandbox", "logs"},
+	"logs":    {"session_max", "total_max"},
 	"network": {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns"},
 	"env":     {"pass", "set"},
 	"limits":  {"pids", "memory", "cpus"},

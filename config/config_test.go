@@ -182,7 +182,7 @@ harness = "claude"
 	}
 
 	// Trusted: the exact content now applies whole.
-	if _, err := Trust(src.TrustFile, src.ProjectDir); err != nil {
+	if err := Trust(src.TrustFile, filepath.Join(src.ProjectDir, ProjectFileName), []byte(project)); err != nil {
 		t.Fatal(err)
 	}
 	r, err = Resolve(src)
@@ -213,8 +213,12 @@ func TestProjectFileNarrows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Config.Network.Mode != contract.ModeNone || len(r.Allowlist) != 0 || r.Config.Limits.Pids != 50 || r.Config.Limits.Memory != "1g" || len(r.Notices) != 0 {
+	if r.Config.Network.Mode != contract.ModeNone || len(r.Allowlist) != 0 || r.Config.Limits.Pids != 50 || r.Config.Limits.Memory != "1g" {
 		t.Errorf("narrowing not applied: %+v notices %q", r.Config, r.Notices)
+	}
+	// A change of mode is said; nothing was ignored.
+	if len(r.Notices) != 1 || !strings.Contains(r.Notices[0], `network.mode "none" applied`) {
+		t.Errorf("notices %q", r.Notices)
 	}
 }
 

@@ -33,6 +33,23 @@ type Resolved struct {
 	HarnessHosts []allowlist.Host
 	// Notices say what was ignored and why; the CLI prints them on stderr.
 	Notices []string
+	// ProjectFile is the project's file when there is one (trusted or not).
+	ProjectFile *File
+}
+
+// Widens lists what the project file f would add to the configuration in
+// userFile if it were trusted, one "field value" per entry; nothing when it
+// only narrows.
+func Widens(userFile string, f *File) ([]string, error) {
+	r, err := Resolve(Sources{UserFile: userFile})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, w := range r.narrow(f) {
+		out = append(out, w.field)
+	}
+	return out, nil
 }
 
 // Resolve merges the defaults, the user's file and the project's file. A
@@ -51,8 +68,11 @@ func Resolve(src Sources) (*Resolved, error) {
 		}
 	}
 	if src.ProjectDir != "" {
-		path := filepath.Join(src.ProjectDir, ProjectFileName)
-		f, err := ReadFile(path)
+		path, err := filepath.Abs(filepath.Join(src.ProjectDir, ProjectFileName))
+		if err != nil {
+			return nil, err
+		}
+		f, err := ReadProjectFile(path)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
@@ -63,10 +83,13 @@ func Resolve(src Sources) (*Resolved, error) {
 				return nil, err
 			}
 			agent := r.Config.Sandbox.SSHAgent
+			r.ProjectFile = f
 			if trusted {
 				r.merge(f)
 			} else {
-				r.narrow(f)
+				for _, w := range r.narrow(f) {
+					r.Notices = append(r.Notices, fmt.Sprintf("%s: %s ignored: %s; run `aisb trust` to accept this file as it is", f.Name, w.field, w.why))
+				}
 			}
 			r.keepAgentOff(f, agent)
 		}
@@ -119,18 +142,33 @@ func (r *Resolved) merge(f *File) {
 	if f.Defines("sandbox.ssh_agent") {
 		c.Sandbox.SSHAgent = fc.Sandbox.SSHAgent
 	}
+	if f.Defines("logs.session_max") {
+		c.Logs.SessionMax = fc.Logs.SessionMax
+	}
+	if f.Defines("logs.total_max") {
+		c.Logs.TotalMax = fc.Logs.TotalMax
+	}
+}
+
+// widening is one thing an untrusted project file asked for and did not get.
+type widening struct {
+	field string // with the value, e.g. network.allowed_hosts "x.example"
+	why   string
 }
 
 // narrow applies an untrusted project file: whoever wrote the repository may
-// take reach away from the sandbox, never give it more. Everything it ignores
-// becomes a notice.
-func (r *Resolved) narrow(f *File) {
+// take reach away from the sandbox, never give it more. It returns what it
+// ignored; a change of mode it applied becomes a notice.
+func (r *Resolved) narrow(f *File) (ignored []widening) {
 	ignore := func(field, why string) {
-		r.Notices = append(r.Notices, fmt.Sprintf("%s: %s ignored: %s; run `aisb trust` to accept this file as it is", f.Name, field, why))
+		ignored = append(ignored, widening{field, why})
 	}
 	c, fc := &r.Config, f.Config
 	if f.Defines("network.mode") {
 		if fc.Network.Mode.Width() <= c.Network.Mode.Width() {
+			if fc.Network.Mode != c.Network.Mode {
+				r.Notices = append(r.Notices, fmt.Sprintf("%s: network.mode %q applied: it narrows your %q", f.Name, fc.Network.Mode, c.Network.Mode))
+			}
 			c.Network.Mode = fc.Network.Mode
 		} else {
 			ignore("network.mode", fmt.Sprintf("%q is wider than %q", fc.Network.Mode, c.Network.Mode))
@@ -167,7 +205,7 @@ func (r *Resolved) narrow(f *File) {
 		c.Env.Pass = kept
 	}
 	for _, n := range sortedKeys(fc.Env.Set) {
-		ignore("env.set."+n, "a project file cannot add environment variables")
+		ignore("env.set."+keyName(n), "a project file cannot add environment variables")
 	}
 	if f.Defines("network.dns") {
 		ignore("network.dns", "a project file cannot choose the resolvers that decide where allowed names go")
@@ -201,6 +239,12 @@ func (r *Resolved) narrow(f *File) {
 			ignore("limits.cpus", "a project file may only lower limits")
 		}
 	}
+	for _, key := range []string{"logs.session_max", "logs.total_max"} {
+		if f.Defines(key) {
+			ignore(key, "a project file cannot change what the audit keeps; set it in your own configuration")
+		}
+	}
+	return ignored
 }
 
 // lower reports whether limit want is at least as tight as have (0 = no limit).

@@ -78,7 +78,7 @@ func TestProjectSSH(t *testing.T) {
 		}
 	}
 
-	if _, err := Trust(src.TrustFile, src.ProjectDir); err != nil {
+	if err := Trust(src.TrustFile, filepath.Join(src.ProjectDir, ProjectFileName), []byte(project)); err != nil {
 		t.Fatal(err)
 	}
 	r, err = Resolve(src)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,7 @@ var checks = []struct {
 	{"limits", checkLimits},
 	{"sandbox.harness", checkHarness},
 	{"sandbox.base_image", checkBaseImage},
+	{"logs", checkLogs},
 }
 
 func validate(f *File) []Problem {
@@ -150,7 +152,7 @@ func checkEnvPass(f *File) []Problem {
 func checkEnvSet(f *File) []Problem {
 	var ps []Problem
 	for _, n := range sortedKeys(f.Config.Env.Set) {
-		field := "env.set." + n
+		field := "env.set." + keyName(n)
 		if msg := CheckEnvName(n); msg != "" {
 			ps = append(ps, f.problem(field, "%s", msg))
 		} else if strings.ContainsRune(f.Config.Env.Set[n], 0) {
@@ -223,4 +225,29 @@ func checkBaseImage(f *File) []Problem {
 		return []Problem{f.problem("sandbox.base_image", "%q is not an image reference; write one such as %q", s, DefaultBaseImage)}
 	}
 	return nil
+}
+
+// keyName is a TOML key as a field name: bare when it may be, else quoted
+// with everything outside printable ASCII escaped.
+func keyName(k string) string {
+	if k != "" && strings.Trim(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == "" {
+		return k
+	}
+	return strconv.QuoteToASCII(k)
+}
+
+func checkLogs(f *File) []Problem {
+	var ps []Problem
+	for key, v := range map[string]string{"logs.session_max": f.Config.Logs.SessionMax, "logs.total_max": f.Config.Logs.TotalMax} {
+		if !f.Defines(key) {
+			continue
+		}
+		if n, err := ParseMemory(v); err != nil {
+			ps = append(ps, f.problem(key, "%v", err))
+		} else if n < 4096 {
+			ps = append(ps, f.problem(key, "%q is below 4k, too small for an audit; write a size such as \"64m\"", v))
+		}
+	}
+	sort.Slice(ps, func(i, j int) bool { return ps[i].Field < ps[j].Field })
+	return ps
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/internal/tail"
 )
 
@@ -40,7 +41,7 @@ type Event struct {
 }
 
 // Blocked reports whether the event is a refusal.
-func (e Event) Blocked() bool { return e.Event != EventAllowed }
+func (e Event) Blocked() bool { return e.Event == EventBlocked }
 
 // ParseLine reads one access-log line written with the gate's logformat:
 //
@@ -87,7 +88,9 @@ func ParseLine(line string) (Event, error) {
 // returns. A missing log is waited for.
 func Follow(ctx context.Context, path, session string, out io.Writer) error {
 	enc := json.NewEncoder(out)
-	return tail.Follow(ctx, path, func(line []byte) error {
+	// squid can write its directory: the log is opened without following a
+	// link, must be a regular file, and what is converted is freed.
+	return tail.FollowAndFree(ctx, path, func(line []byte) error {
 		if err := enc.Encode(eventFor(string(line), session)); err != nil {
 			return fmt.Errorf("write audit: %w", err)
 		}
@@ -110,7 +113,12 @@ func Advice(e Event) string {
 	case RuleAllowed:
 		return ""
 	case RuleNotListed:
-		return fmt.Sprintf("to allow it: aisb run --allow %s, or add %q to network.allowed_hosts", e.Host, e.Host)
+		// The host came from traffic: it is a command only when it is an
+		// allowlist entry as it stands, never shell text.
+		if h, err := allowlist.ParseHost(e.Host); err == nil && h.String() == e.Host {
+			return fmt.Sprintf("to allow it: aisb run --allow %s, or add %q to network.allowed_hosts", e.Host, e.Host)
+		}
+		return fmt.Sprintf("the requested host %s is not a valid allowlist entry, so no command is suggested", strconv.QuoteToASCII(e.Host))
 	case RuleIPLiteral:
 		return "the gate admits names, not addresses: use the host name (an address is admitted only when listed exactly)"
 	case RuleInternal:

@@ -20,6 +20,8 @@ import (
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/netaddr"
+	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 //go:embed Containerfile
@@ -90,7 +92,8 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
 		os.Remove(filepath.Join(o.Dir, f))
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, "squid.conf"), []byte(conf), 0o644); err != nil {
+	// squid can write its directory: never write through a link there.
+	if err := safefile.Write(filepath.Join(o.Dir, "squid.conf"), []byte(conf), 0o644); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
 	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, Dir: o.Dir}
@@ -176,7 +179,10 @@ func (g *Gate) running(c *engine.Conn) bool {
 // squidError is squid's own complaint from cache.log: its FATAL/ERROR lines,
 // or the last lines.
 func (g *Gate) squidError() string {
-	b, _ := os.ReadFile(filepath.Join(g.Dir, "cache.log"))
+	b, err := safefile.Read(filepath.Join(g.Dir, "cache.log"), 1<<20)
+	if err != nil {
+		return fmt.Sprintf("cache.log: %v", err)
+	}
 	var bad, all []string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		if strings.Contains(l, "FATAL") || strings.Contains(l, "ERROR") || strings.Contains(l, "Bungled") {
@@ -185,13 +191,13 @@ func (g *Gate) squidError() string {
 		all = append(all, l)
 	}
 	if len(bad) > 0 {
-		return strings.Join(bad, "; ")
+		return termsafe.Printable(strings.Join(bad, "; "))
 	}
 	if len(all) > 3 {
 		all = all[len(all)-3:]
 	}
 	if s := strings.Join(all, "; "); s != "" {
-		return s
+		return termsafe.Printable(s)
 	}
 	return "no message in " + filepath.Join(g.Dir, "cache.log")
 }
@@ -206,7 +212,7 @@ func (g *Gate) Addr() string { return fmt.Sprintf("127.0.0.1:%d", g.Port) }
 func (g *Gate) Stop(c *engine.Conn) error {
 	log := filepath.Join(g.Dir, "access.log")
 	size := func() int64 {
-		fi, err := os.Stat(log)
+		fi, err := os.Lstat(log)
 		if err != nil {
 			return -1
 		}

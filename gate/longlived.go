@@ -15,6 +15,7 @@ import (
 
 	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/state"
 )
 
 // A long-lived gate is started once by `aisb gate up NAME`, used by any
@@ -33,8 +34,9 @@ type UpOptions struct {
 	Follower []string
 }
 
-// followerPid is the follower's pid file in the gate's directory.
-const followerPid = "follower.pid"
+// oldFollowerPid is where an earlier aisb kept the follower's pid, in the
+// directory squid writes; it is removed, never read.
+const oldFollowerPid = "follower.pid"
 
 // Up starts the long-lived gate and its audit follower.
 func Up(c *engine.Conn, o UpOptions) (*Gate, error) {
@@ -53,8 +55,10 @@ func Up(c *engine.Conn, o UpOptions) (*Gate, error) {
 	if err := f.Start(); err != nil {
 		return nil, errors.Join(fmt.Errorf("gate up: start the audit follower: %w", err), g.Stop(c))
 	}
-	if err := os.WriteFile(filepath.Join(o.Dir, followerPid), []byte(strconv.Itoa(f.Process.Pid)), 0o600); err != nil {
-		// Without its pid, gate down could not stop the follower.
+	// The port and the follower are recorded beside the gate's directory,
+	// where squid cannot write.
+	if err := WriteRecord(o.Dir, Record{Port: g.Port, Follower: state.OwnerOf(f.Process.Pid)}); err != nil {
+		// Without its record, gate down could not stop the follower.
 		_ = f.Process.Kill()
 		return nil, errors.Join(fmt.Errorf("gate up: record the audit follower: %w", err), g.Stop(c))
 	}
@@ -67,39 +71,41 @@ func Down(c *engine.Conn, name, dir string) error {
 	if err := engine.Remove(c, ContainerName(name)); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(filepath.Join(dir, followerPid))
-	if errors.Is(err, os.ErrNotExist) {
+	_ = os.Remove(filepath.Join(dir, oldFollowerPid))
+	rec, err := ReadRecord(dir)
+	if errors.Is(err, ErrNoRecord) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("gate down: %w", err)
 	}
-	if pid, err := strconv.Atoi(string(b)); err == nil && pid > 1 {
-		// Gone already is fine: the follower also stops when the port closes.
-		_ = syscall.Kill(pid, syscall.SIGTERM)
+	// Only the follower aisb recorded, and only while that very process
+	// (pid and start time) lives. Gone already is fine: the follower also
+	// stops when the port closes.
+	if pid, _, ok := strings.Cut(rec.Follower, ":"); ok && state.OwnerAlive(rec.Follower) {
+		if n, err := strconv.Atoi(pid); err == nil && n > 1 {
+			_ = syscall.Kill(n, syscall.SIGTERM)
+		}
 	}
-	return os.Remove(filepath.Join(dir, followerPid))
+	return RemoveRecord(dir)
 }
 
-// Find returns the running gate of a long-lived name, reading its port back
-// from its squid.conf in dir.
+// Find returns the running gate of a long-lived name. Its port comes from
+// aisb's own record (see Record), never from the squid.conf in dir, which
+// squid can rewrite.
 func Find(c *engine.Conn, name, dir string) (*Gate, error) {
 	g := &Gate{Name: ContainerName(name), Session: name, Dir: dir}
 	if !g.running(c) {
 		return nil, fmt.Errorf("gate %s is not running; start it with `aisb gate up %s`", name, name)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "squid.conf"))
+	rec, err := ReadRecord(dir)
+	if errors.Is(err, ErrNoRecord) {
+		return nil, fmt.Errorf("gate %s: %w (started by an earlier aisb?); restart it with `aisb gate down %s && aisb gate up %s`", name, err, name, name)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gate %s: %w", name, err)
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if p, ok := strings.CutPrefix(l, "http_port 127.0.0.1:"); ok {
-			fmt.Sscanf(p, "%d", &g.Port)
-		}
-	}
-	if g.Port == 0 {
-		return nil, fmt.Errorf("gate %s: no http_port in its squid.conf", name)
-	}
+	g.Port = rec.Port
 	return g, nil
 }
 

@@ -69,11 +69,15 @@ func read(path string, max int64, flags int) ([]byte, error) {
 	return b, nil
 }
 
-// OpenLog opens a log aisb follows and then frees, for reading and writing
-// (hole punching needs the latter): never through a link, without blocking,
-// a regular file only.
-func OpenLog(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+// OpenLog opens a log aisb follows, for reading (and writing with rw: hole
+// punching needs it): never through a link, without blocking, a regular
+// file only.
+func OpenLog(path string, rw bool) (*os.File, error) {
+	mode := os.O_RDONLY
+	if rw {
+		mode = os.O_RDWR
+	}
+	f, err := os.OpenFile(path, mode|syscall.O_NONBLOCK|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, &fs.PathError{Op: "open", Path: path, Err: ErrSymlink}

@@ -126,7 +126,8 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner str
 	if err != nil {
 		return nil, nil, err
 	}
-	stopFollow, err := gate.FollowAudit(ctx, g, o.Paths.AuditDir(), o.Logf)
+	sessionMax, totalMax := cfg.Logs.Bytes()
+	stopFollow, err := gate.FollowAudit(ctx, g, o.Paths.AuditDir(), gate.AuditLimits{Session: sessionMax, Total: totalMax}, o.Logf)
 	if err != nil {
 		return nil, nil, errors.Join(err, g.Stop(c))
 	}

@@ -104,6 +104,10 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, fmt.Errorf("session directory: %w", err)
 	}
+	// aisb trust refuses while a session of the project runs.
+	if err := o.Paths.MarkSession(id, o.ProjectDir, owner); err != nil {
+		return 0, err
+	}
 	if o.Watchdog != nil {
 		stop, err := reaper.StartWatchdog(o.Watchdog, owner, id)
 		if err != nil {

@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,13 +166,16 @@ func TestExitStatus(t *testing.T) {
 // host to the sandbox's reach until the user trusts its exact content.
 func TestProjectFileNarrowsUntilTrusted(t *testing.T) {
 	a := newAisb(t, testBaseImage(t), dnsConfig()+"allowed_hosts = [\"allowed.test\"]\n")
-	writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"other.test\"]\n")
+	project := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"other.test\"]\n"
+	writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), project)
 	probe := "probe http-proxy \"$HTTP_PROXY\" http://other.test/; echo other=$?; probe http-proxy \"$HTTP_PROXY\" http://allowed.test/; echo allowed=$?"
 	r := a.run(t, "run", "--harness", "shell", "--", "sh", "-c", probe)
 	if !strings.Contains(r.Stderr, `"other.test" ignored`) || !strings.Contains(r.Stdout, "other=1") || !strings.Contains(r.Stdout, "allowed=0") {
 		t.Errorf("untrusted project file: %s", r)
 	}
-	if r := a.run(t, "trust"); r.Code != 0 {
+	// The hash of the content reviewed: without a terminal, trust needs it.
+	sum := sha256.Sum256([]byte(project))
+	if r := a.run(t, "trust", "--sha256", hex.EncodeToString(sum[:])); r.Code != 0 {
 		t.Fatalf("trust: %s", r)
 	}
 	r = a.run(t, "run", "--harness", "shell", "--", "sh", "-c", probe)

@@ -12,6 +12,7 @@ import (
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 // appEnv is everything aisb takes from its environment, read once at the
@@ -20,6 +21,7 @@ type appEnv struct {
 	paths      state.Paths
 	pathsErr   error
 	where      engine.Where
+	home       string // $HOME
 	entrypoint string // $AISB_ENTRYPOINT
 	trace      bool   // $AISB_TRACE
 	logf       func(format string, args ...any)
@@ -27,9 +29,13 @@ type appEnv struct {
 
 func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 	e := &appEnv{
+		home:       getenv("HOME"),
 		entrypoint: getenv("AISB_ENTRYPOINT"),
 		trace:      getenv("AISB_TRACE") != "",
-		logf:       func(format string, args ...any) { fmt.Fprintf(stderr, "aisb: "+format+"\n", args...) },
+		// What aisb says can carry names from files and traffic: printable only.
+		logf: func(format string, args ...any) {
+			fmt.Fprintf(stderr, "aisb: %s\n", termsafe.Lines(fmt.Sprintf(format, args...)))
+		},
 	}
 	e.paths, e.pathsErr = state.FromEnv(getenv)
 	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime}
@@ -97,7 +103,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	} else if errors.As(err, &ps) {
 		fmt.Fprintln(stderr, ps.Error())
 	} else {
-		fmt.Fprintf(stderr, "aisb: %v\n", err)
+		// Errors can carry paths and text from files: printable only.
+		fmt.Fprintf(stderr, "aisb: %s\n", termsafe.Lines(err.Error()))
 	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
@@ -129,14 +136,20 @@ type resolve struct {
 
 // resolveConfig merges the user's file, the project's .aisb.toml (when
 // how.project) and the flags, and says on stderr what was ignored. Errors
-// carry exit 78. src.ProjectDir is this directory, also without a project file.
-func resolveConfig(e *appEnv, how resolve, ov config.Overrides) (r *config.Resolved, src config.Sources, err error) {
-	if e.pathsErr != nil {
-		return nil, src, exitWith(config.ExitConfig, e.pathsErr)
-	}
-	dir, err := workDir()
+// carry exit 78. src.ProjectDir is the project directory (see projectDir),
+// also without a project file.
+func resolveConfig(c *cli.Context, e *appEnv, how resolve, ov config.Overrides) (r *config.Resolved, src config.Sources, err error) {
+	dir, err := projectDir(c)
 	if err != nil {
 		return nil, src, err
+	}
+	return resolveConfigIn(e, dir, how, ov)
+}
+
+// resolveConfigIn is resolveConfig for a project directory already chosen.
+func resolveConfigIn(e *appEnv, dir string, how resolve, ov config.Overrides) (r *config.Resolved, src config.Sources, err error) {
+	if e.pathsErr != nil {
+		return nil, src, exitWith(config.ExitConfig, e.pathsErr)
 	}
 	src = config.Sources{UserFile: e.paths.UserConfig(), ProjectDir: dir, TrustFile: e.paths.TrustStore()}
 	resolveSrc := src
@@ -158,12 +171,4 @@ func resolveConfig(e *appEnv, how resolve, ov config.Overrides) (r *config.Resol
 		}
 	}
 	return r, src, nil
-}
-
-func workDir() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find the project directory: %w", err)
-	}
-	return dir, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/tail"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 func auditCommand(e *appEnv) *cli.Command {
@@ -55,7 +56,7 @@ func auditAction(c *cli.Context, e *appEnv) error {
 		if err := json.Unmarshal(line, &e); err != nil {
 			return nil // not ours; the file is append-only JSON lines
 		}
-		if c.Bool("blocked") && !e.Blocked() {
+		if c.Bool("blocked") && !e.Blocked() && e.Event != gate.EventCapped {
 			return nil
 		}
 		if c.Bool("json") {
@@ -134,6 +135,12 @@ func eachLine(path string, fn func([]byte) error) error {
 }
 
 func printEvent(w io.Writer, e gate.Event) error {
+	e.Host, e.Method, e.Session, e.Rule = termsafe.Printable(e.Host), termsafe.Printable(e.Method), termsafe.Printable(e.Session), termsafe.Printable(e.Rule)
+	if e.Event == gate.EventCapped {
+		_, err := fmt.Fprintf(w, "%s  %s  the audit reached its cap of %d bytes (logs.session_max); later requests of this session are not recorded\n",
+			e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, e.Bytes)
+		return err
+	}
 	verdict := "ALLOWED"
 	if e.Blocked() {
 		verdict = "BLOCKED"

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"slices"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/config"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 func configCommand(e *appEnv) *cli.Command {
@@ -28,6 +28,7 @@ what of an untrusted project file would be ignored.
 EXAMPLE:
    aisb config check ~/.config/aisb/config.toml
    aisb config check`,
+			Flags:  []cli.Flag{projectFlag()},
 			Action: func(c *cli.Context) error { return configCheck(c, e) },
 		}},
 	}
@@ -41,21 +42,22 @@ func configCheck(c *cli.Context, e *appEnv) error {
 	if file := c.Args().First(); file != "" {
 		if _, err := config.ReadFile(file); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return exitWith(config.ExitConfig, fmt.Errorf("%s: no such file; give the path of a configuration file", file))
+				return exitWith(config.ExitConfig, fmt.Errorf("%s: no such file; give the path of a configuration file", termsafe.Name(file)))
 			}
 			return exitWith(config.ExitConfig, err)
 		}
-		fmt.Fprintf(stdout, "%s: ok\n", file)
+		fmt.Fprintf(stdout, "%s: ok\n", termsafe.Name(file))
 		return nil
 	}
-	r, src, err := resolveConfig(e, resolve{project: true, harness: true}, config.Overrides{})
+	r, src, err := resolveConfig(c, e, resolve{project: true, harness: true}, config.Overrides{})
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{src.UserFile, filepath.Join(src.ProjectDir, config.ProjectFileName)} {
-		if _, err := config.ReadFile(f); err == nil {
-			fmt.Fprintf(stdout, "%s: ok\n", f)
-		}
+	if _, err := config.ReadFile(src.UserFile); err == nil {
+		fmt.Fprintf(stdout, "%s: ok\n", termsafe.Name(src.UserFile))
+	}
+	if r.ProjectFile != nil {
+		fmt.Fprintf(stdout, "%s: ok\n", termsafe.Name(r.ProjectFile.Name))
 	}
 	fmt.Fprintf(stdout, "effective: mode %s, %d allowed hosts (%d of them the %s harness's), %d host ports, %d variables passed\n",
 		r.Config.Network.Mode, len(r.Allowlist), len(r.HarnessHosts), r.Config.Sandbox.Harness, len(r.Config.Network.HostPorts), len(r.Config.Env.Pass)+len(r.Config.Env.Set))

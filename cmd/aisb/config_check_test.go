@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,7 +74,8 @@ func TestTrustLiftsNarrowing(t *testing.T) {
 	if code != 0 || !strings.Contains(errs, `"evil.example" ignored`) || strings.Contains(out, "allow evil.example") {
 		t.Fatalf("untrusted: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if code, _, errs := runAisb(t, proj, "trust"); code != 0 {
+	sum := sha256.Sum256([]byte("version = 1\n[network]\nallowed_hosts = [\"evil.example\"]\n"))
+	if code, _, errs := runAisb(t, proj, "trust", "--sha256", hex.EncodeToString(sum[:])); code != 0 {
 		t.Fatalf("trust: exit %d, %s", code, errs)
 	}
 	code, out, errs = runAisb(t, proj, "config", "check")

@@ -34,7 +34,7 @@ EXAMPLE:
 			baseImageFlag(),
 		},
 		Action: func(c *cli.Context) error {
-			r, _, err := resolveConfig(e, resolve{}, config.Overrides{BaseImage: c.String("base-image")})
+			r, _, err := resolveConfig(c, e, resolve{}, config.Overrides{BaseImage: c.String("base-image")})
 			if err != nil {
 				return err
 			}

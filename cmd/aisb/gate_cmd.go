@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -83,7 +84,7 @@ func gateUp(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	// A shared gate takes the user's configuration only, never a project's.
-	r, _, err := resolveConfig(e, resolve{}, config.Overrides{Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), BaseImage: c.String("base-image")})
+	r, _, err := resolveConfig(c, e, resolve{}, config.Overrides{Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
 	}
@@ -102,7 +103,7 @@ func gateUp(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	g, err := gate.Up(conn, gate.UpOptions{Name: name, Dir: e.paths.GateDir(name), Image: img, Allowlist: r.Allowlist, SSHHosts: r.SSHHosts,
-		DNS: r.Config.Network.Resolvers(), Follower: []string{self, "internal-follow", "--gate", name}})
+		DNS: r.Config.Network.Resolvers(), Follower: followerArgv(self, name, r.Config.Logs)})
 	if err != nil {
 		return err
 	}
@@ -161,13 +162,15 @@ func followCommand(e *appEnv) *cli.Command {
 		Name:   "internal-follow",
 		Hidden: true,
 		Usage:  "follow a long-lived gate's access log into its audit file while it listens",
-		Flags:  []cli.Flag{&cli.StringFlag{Name: "gate", Required: true}, &cli.IntFlag{Name: "port", Required: true}},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "gate", Required: true}, &cli.IntFlag{Name: "port", Required: true},
+			&cli.Int64Flag{Name: "session-max"}, &cli.Int64Flag{Name: "total-max"}},
 		Action: func(c *cli.Context) error {
 			name := c.String("gate")
 			g := &gate.Gate{Name: gate.ContainerName(name), Session: name, Port: c.Int("port"), Dir: e.paths.GateDir(name)}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
-			stop, err := gate.FollowAudit(ctx, g, e.paths.AuditDir(), e.logf)
+			lim := gate.AuditLimits{Session: c.Int64("session-max"), Total: c.Int64("total-max")}
+			stop, err := gate.FollowAudit(ctx, g, e.paths.AuditDir(), lim, e.logf)
 			if err != nil {
 				return err
 			}
@@ -197,4 +200,12 @@ func followCommand(e *appEnv) *cli.Command {
 			return stop()
 		},
 	}
+}
+
+// followerArgv starts a long-lived gate's audit follower with the user's
+// audit bounds.
+func followerArgv(self, name string, logs config.Logs) []string {
+	sessionMax, totalMax := logs.Bytes()
+	return []string{self, "internal-follow", "--gate", name,
+		"--session-max", strconv.FormatInt(sessionMax, 10), "--total-max", strconv.FormatInt(totalMax, 10)}
 }

@@ -32,6 +32,7 @@ EXAMPLE:
 				Name:  "build",
 				Usage: "build (if needed) the sandbox image for a harness, and the gate image",
 				Flags: []cli.Flag{
+					projectFlag(),
 					&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell (default: sandbox.harness)"},
 					baseImageFlag(),
 				},
@@ -48,7 +49,7 @@ EXAMPLE:
 }
 
 func imageBuild(c *cli.Context, e *appEnv) error {
-	r, _, err := resolveConfig(e, resolve{project: true}, config.Overrides{Harness: c.String("harness"), BaseImage: c.String("base-image")})
+	r, _, err := resolveConfig(c, e, resolve{project: true}, config.Overrides{Harness: c.String("harness"), BaseImage: c.String("base-image")})
 	if err != nil {
 		return err
 	}

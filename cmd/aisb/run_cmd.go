@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/aisb-dev/aisb/reaper"
 	"github.com/aisb-dev/aisb/sandbox"
 	"github.com/aisb-dev/aisb/session"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 func runCommand(e *appEnv) *cli.Command {
@@ -43,6 +45,7 @@ EXAMPLE:
    aisb run --allow-ssh github.com --ssh-agent --harness shell -- git push
    aisb run --net none -- make test`,
 		Flags: []cli.Flag{
+			projectFlag(),
 			&cli.StringFlag{Name: "net", Usage: "network mode: allow (the gate), none, no-gate (names pinned at start, no proxy) or open (unfiltered)"},
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST` (\".example.com\" for the domain and its subdomains); repeatable"},
 			&cli.StringSliceFlag{Name: "allow-ssh", Usage: "let ssh reach port 22 of `HOST` through the gate (same grammar as --allow, names only); repeatable"},
@@ -66,13 +69,20 @@ EXAMPLE:
 }
 
 func runAction(c *cli.Context, e *appEnv) error {
-	r, src, err := resolveConfig(e, resolve{project: true, harness: true}, config.Overrides{
+	dir, err := mountableProjectDir(c, e)
+	if err != nil {
+		return err
+	}
+	r, src, err := resolveConfigIn(e, dir, resolve{project: true, harness: true}, config.Overrides{
 		Mode: c.String("net"), Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), SSHAgent: c.Bool("ssh-agent"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
 		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"),
 	})
 	if err != nil {
 		return err
+	}
+	if name := c.String("gate"); name != "" {
+		sayGateLimits(e.logf, name, c.StringSlice("allow"), r)
 	}
 	ep, err := sandbox.FindEntrypoint(e.entrypoint)
 	if err != nil {
@@ -117,4 +127,27 @@ func watchdogCommand(e *appEnv) *cli.Command {
 			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)})
 		},
 	}
+}
+
+// sayGateLimits tells what a long-lived gate does not apply: it admits what
+// `aisb gate up` gave it, whatever this run asks.
+func sayGateLimits(logf func(string, ...any), name string, allow []string, r *config.Resolved) {
+	var not []string
+	if len(allow) > 0 {
+		not = append(not, "--allow "+strings.Join(allow, ", "))
+	}
+	if len(r.HarnessHosts) > 0 {
+		var hs []string
+		for _, h := range r.HarnessHosts {
+			hs = append(hs, h.String())
+		}
+		not = append(not, fmt.Sprintf("the %s harness's hosts (%s)", r.Config.Sandbox.Harness, strings.Join(hs, ", ")))
+	}
+	if r.ProjectFile != nil && r.ProjectFile.Defines("network.allowed_hosts") {
+		not = append(not, termsafe.Name(r.ProjectFile.Name)+"'s network.allowed_hosts")
+	}
+	if len(not) == 0 {
+		return
+	}
+	logf("--gate %s admits only what `aisb gate up %s` gave it; not applied: %s", name, name, strings.Join(not, "; "))
 }

@@ -10,6 +10,10 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aisb-dev/aisb/safefile"
 )
 
 // Poll is how often a quiet file is looked at again.
@@ -18,15 +22,33 @@ const Poll = 100 * time.Millisecond
 // Follow calls fn with each complete line of the file at path (without its
 // newline) as it is written, until ctx ends; then it reads what is left,
 // passes a last unterminated line too, and returns. A file that does not
-// exist yet is waited for. An error from fn ends the follow.
+// exist yet is waited for; it is opened without following a link and must be
+// a regular file (another party may write its directory). An error from fn
+// ends the follow.
 func Follow(ctx context.Context, path string, fn func(line []byte) error) error {
-	f, err := open(ctx, path)
+	return follow(ctx, path, fn, false)
+}
+
+// FollowAndFree is Follow for a log nobody needs once it has been passed to
+// fn: the disk blocks of what was passed are freed (hole-punched) while the
+// writer goes on at its own offset, so the log takes no more disk than what
+// is not yet passed. A file system that cannot punch holes keeps them.
+func FollowAndFree(ctx context.Context, path string, fn func(line []byte) error) error {
+	return follow(ctx, path, fn, true)
+}
+
+// freeChunk is how much passed log is freed at a time.
+const freeChunk = 64 << 10
+
+func follow(ctx context.Context, path string, fn func(line []byte) error, free bool) error {
+	f, err := open(ctx, path, free)
 	if f == nil {
 		return err
 	}
 	defer f.Close()
 	r := bufio.NewReader(f)
 	var partial []byte
+	var passed, freed int64
 	for {
 		line, err := r.ReadBytes('\n')
 		partial = append(partial, line...)
@@ -34,7 +56,11 @@ func Follow(ctx context.Context, path string, fn func(line []byte) error) error 
 			if err := fn(bytes.TrimRight(partial, "\r\n")); err != nil {
 				return err
 			}
+			passed += int64(len(partial))
 			partial = partial[:0]
+			if free && passed-freed >= freeChunk {
+				freed = punch(f, passed, freed)
+			}
 			continue
 		}
 		if !errors.Is(err, io.EOF) {
@@ -60,10 +86,20 @@ func Follow(ctx context.Context, path string, fn func(line []byte) error) error 
 	}
 }
 
+// punch frees the blocks of the file's first n bytes (rounded down to a
+// page), keeping its size; it returns how far the file is freed.
+func punch(f *os.File, n, freed int64) int64 {
+	n &^= 4095
+	if n <= freed || unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, n) != nil {
+		return freed
+	}
+	return n
+}
+
 // open waits for path to exist; it returns nil, nil when ctx ends first.
-func open(ctx context.Context, path string) (*os.File, error) {
+func open(ctx context.Context, path string, rw bool) (*os.File, error) {
 	for {
-		f, err := os.Open(path)
+		f, err := safefile.OpenLog(path, rw)
 		if err == nil {
 			return f, nil
 		}

@@ -85,6 +85,9 @@ func main() {
 	case "unix":
 		need(args, 1)
 		err = probeUnix(args[0])
+	case "swap-on-read":
+		need(args, 2)
+		err = swapOnRead(args[0], args[1])
 	default:
 		usage()
 	}
@@ -95,7 +98,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | nproc N | alloc MIB | loopback | status | nft list|flush|delete|accept | family NAME | families | socketpair | netlink-route | io_uring | unix PATH|@NAME")
+	fmt.Fprintln(os.Stderr, "usage: probe tcp ADDR:PORT | http URL | http-proxy PROXY URL | dns SERVER NAME | dns-tcp SERVER NAME | udp ADDR:PORT | ping ADDR | socket raw|packet|icmp|icmp6 | nproc N | alloc MIB | loopback | status | nft list|flush|delete|accept | family NAME | families | socketpair | netlink-route | io_uring | unix PATH|@NAME | swap-on-read FILE REPLACEMENT")
 	os.Exit(2)
 }
 
@@ -354,5 +357,28 @@ func probeAlloc(arg string) error {
 		b[i] = 1
 	}
 	fmt.Printf("allocated %d MiB\n", mib)
+	return nil
+}
+
+// swapOnRead is the trust race's agent: it waits until someone (the user,
+// outside) has read FILE, then at once renames REPLACEMENT over it.
+func swapOnRead(file, replacement string) error {
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	defer syscall.Close(fd)
+	if _, err := syscall.InotifyAddWatch(fd, file, syscall.IN_CLOSE_NOWRITE); err != nil {
+		return fmt.Errorf("watch %s: %w", file, err)
+	}
+	fmt.Println("watching")
+	buf := make([]byte, 4096)
+	if _, err := syscall.Read(fd, buf); err != nil {
+		return fmt.Errorf("inotify read: %w", err)
+	}
+	if err := os.Rename(replacement, file); err != nil {
+		return err
+	}
+	fmt.Println("swapped")
 	return nil
 }
