@@ -13,11 +13,7 @@ import (
 func checkSSHHosts(f *File) []Problem {
 	hosts, errs := allowlist.ParseSSHList(f.Config.Network.SSHHosts)
 	f.SSH = hosts
-	var ps []Problem
-	for _, e := range errs {
-		ps = append(ps, f.problem(fmt.Sprintf("network.ssh_hosts[%d]", e.Index), "%s", e.Error()))
-	}
-	return ps
+	return entryProblems(f, "network.ssh_hosts", errs)
 }
 
 // addSSHHost adds one --allow-ssh entry; a wider entry replaces those it covers.

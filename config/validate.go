@@ -76,9 +76,15 @@ func modeList() string {
 func checkAllowedHosts(f *File) []Problem {
 	hosts, errs := allowlist.Parse(f.Config.Network.AllowedHosts)
 	f.Hosts = hosts
+	return entryProblems(f, "network.allowed_hosts", errs)
+}
+
+// entryProblems is one problem per refused entry of a host list, named by
+// its index in field.
+func entryProblems(f *File, field string, errs []*allowlist.EntryError) []Problem {
 	var ps []Problem
 	for _, e := range errs {
-		ps = append(ps, f.problem(fmt.Sprintf("network.allowed_hosts[%d]", e.Index), "%s", e.Error()))
+		ps = append(ps, f.problem(fmt.Sprintf("%s[%d]", field, e.Index), "%s", e.Error()))
 	}
 	return ps
 }
