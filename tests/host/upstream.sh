@@ -66,7 +66,12 @@ closefds() {
 
 stop_daemons() {
 	for p in upstream dnsmasq; do
-		[ -f "$state/$p.pid" ] && kill "$(cat "$state/$p.pid")" 2>/dev/null || true
+		if [ -f "$state/$p.pid" ]; then
+			pid=$(cat "$state/$p.pid")
+			kill "$pid" 2>/dev/null || true
+			# Wait until it is gone: a new one cannot bind its ports before.
+			for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		fi
 		rm -f "$state/$p.pid"
 	done
 	# The namespace holds nothing but these daemons: a daemon whose pid was
