@@ -13,6 +13,9 @@
 # ever configured.
 # DNS answers the .test names below and logs every query in $state/dns.log.
 #
+# HTTPS is signed by a test CA of the upstream's own, made at each start and
+# written to $state/ca.pem; every request's headers go to $state/headers.log.
+#
 # The test SSH server is OpenSSH's sshd in a namespace of its own, aisb-ssh
 # (198.51.100.22 on a /30 whose other end, 198.51.100.21/32 with a route, is the root
 # namespace's): the upstream's namespace already listens on *:22, and a
@@ -48,6 +51,7 @@ healthy() {
 	ip netns pids "$ns" >/dev/null 2>&1 || return 1
 	[ -f "$state/upstream.pid" ] && kill -0 "$(cat "$state/upstream.pid")" 2>/dev/null || return 1
 	[ -f "$state/dnsmasq.pid" ] && kill -0 "$(cat "$state/dnsmasq.pid")" 2>/dev/null || return 1
+	[ -f "$state/ca.pem" ] || return 1
 	[ -f "$state/upstream.sum" ] && [ "$(cat "$state/upstream.sum")" = "$(sha256sum <"$AISB_CACHE/upstream")" ] || return 1
 	[ "$(cat "$state/hosts" 2>/dev/null)" = "$(hosts)" ] || return 1
 	curl -fsS --max-time 3 "http://$AISB_UPSTREAM_ADDR/health" >/dev/null 2>&1
@@ -74,6 +78,7 @@ stop_daemons() {
 		fi
 		rm -f "$state/$p.pid"
 	done
+	rm -f "$state/ca.pem"
 	# The namespace holds nothing but these daemons: a daemon whose pid was
 	# not recorded (a wrapper's pid was) must not survive to hold the ports.
 	local pids
@@ -210,6 +215,7 @@ up() {
 			[ "$fd" -gt 2 ] && [ "$fd" != 255 ] && eval "exec $fd>&-"
 		done
 		exec ip netns exec "$ns" setsid "$AISB_CACHE/upstream" -log "$state/connections.log" \
+			-ca "$state/ca.pem" -headers "$state/headers.log" \
 			-names "$(hosts | awk '{for (i = 2; i <= NF; i++) print $i}' | sort -u | paste -sd,)" \
 			</dev/null >>"$state/upstream.err" 2>&1
 	) &

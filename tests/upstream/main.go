@@ -1,19 +1,25 @@
 // Command upstream is the test host every aisb integration test aims at: it runs
 // inside its own network namespace (see tests/host/upstream.sh) and answers
-// HTTP on 80 and 8080, HTTPS on 443 with a self-signed certificate, a banner on
-// 22 and UDP echo on 9999, logging every connection so tests can prove what
-// reached it and what did not.
+// HTTP on 80 and 8080, HTTPS on 443 with a certificate of its own test CA
+// (written to -ca, for gates that verify upstreams), a banner on 22 and UDP
+// echo on 9999, logging every connection so tests can prove what reached it
+// and what did not, and every request's headers (to -headers) so tests
+// can prove which credential arrived.
 package main
 
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"math/big"
 	"net"
@@ -21,12 +27,15 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 func main() {
 	logPath := flag.String("log", "", "file every connection is appended to (required)")
 	names := flag.String("names", "", "comma-separated DNS names for the certificate")
+	caPath := flag.String("ca", "", "file the test CA's certificate is written to")
+	headersPath := flag.String("headers", "", "file every request's headers are appended to, one JSON line each")
 	flag.Parse()
 	if *logPath == "" {
 		fmt.Fprintln(os.Stderr, "upstream: -log is required")
@@ -38,6 +47,15 @@ func main() {
 		os.Exit(1)
 	}
 	logger := log.New(f, "", log.LstdFlags|log.Lmicroseconds)
+	var headers io.Writer = io.Discard
+	if *headersPath != "" {
+		hf, err := os.OpenFile(*headersPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			logger.Fatalf("open headers log: %v", err)
+		}
+		headers = hf
+	}
+	var headersMu sync.Mutex
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// /bytes/N streams N zero bytes: the throughput benchmark's download.
@@ -62,12 +80,39 @@ func main() {
 		if r.TLS != nil {
 			scheme = "https"
 		}
+		b, _ := json.Marshal(map[string]any{"scheme": scheme, "method": r.Method, "host": r.Host, "path": r.URL.Path, "headers": r.Header, "proto": r.Proto})
+		headersMu.Lock()
+		headers.Write(append(b, '\n'))
+		headersMu.Unlock()
+		switch r.URL.Path {
+		case "/sse":
+			sse(w, r)
+			return
+		case "/upload":
+			h := sha256.New()
+			n, err := io.Copy(h, r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			logger.Printf("%s upload %d bytes from=%s", scheme, n, r.RemoteAddr)
+			fmt.Fprintf(w, "size=%d sha256=%x\n", n, h.Sum(nil))
+			return
+		}
 		logger.Printf("%s %s %s host=%s from=%s", scheme, r.Method, r.URL.Path, r.Host, r.RemoteAddr)
 		fmt.Fprintf(w, "aisb-upstream %s host=%s path=%s\n", scheme, r.Host, r.URL.Path)
 	})
-	cert, err := selfSigned(strings.Split(*names, ","))
+	cert, caPEM, err := testCA(strings.Split(*names, ","))
 	if err != nil {
 		logger.Fatalf("certificate: %v", err)
+	}
+	if *caPath != "" {
+		if err := os.WriteFile(*caPath+".tmp", caPEM, 0o644); err != nil {
+			logger.Fatalf("write test CA: %v", err)
+		}
+		if err := os.Rename(*caPath+".tmp", *caPath); err != nil {
+			logger.Fatalf("write test CA: %v", err)
+		}
 	}
 	errs := make(chan error)
 	for _, port := range []string{":80", ":8080"} {
@@ -117,13 +162,57 @@ func udpEcho(addr string, logger *log.Logger) error {
 	}
 }
 
-func selfSigned(names []string) (tls.Certificate, error) {
+// sse streams three events a second apart, each flushed as it is written: a
+// client that sees the first before the last arrived is not being buffered.
+func sse(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fl, _ := w.(http.Flusher)
+	for i, ev := range []string{"first", "second", "last"} {
+		if i > 0 {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		fmt.Fprintf(w, "data: %s %d\n\n", ev, time.Now().UnixMilli())
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+}
+
+// testCA makes a CA of the upstream's own and a server certificate for
+// names signed by it; it returns the certificate and the CA in PEM.
+func testCA(names []string) (tls.Certificate, []byte, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "aisb test upstream CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, err
+		return tls.Certificate{}, nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		SerialNumber: big.NewInt(time.Now().UnixNano() + 1),
 		Subject:      pkix.Name{CommonName: "aisb test upstream"},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(10 * 365 * 24 * time.Hour),
@@ -131,9 +220,10 @@ func selfSigned(names []string) (tls.Certificate, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		return tls.Certificate{}, err
+		return tls.Certificate{}, nil, err
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	return tls.Certificate{Certificate: [][]byte{der, caDER}, PrivateKey: key}, caPEM, nil
 }
