@@ -5,7 +5,7 @@ AISB_CACHE=${AISB_CACHE:-/var/cache/aisb-test}
 AISB_TEST_BASE_IMAGE=localhost/aisb-base:trixie
 # Everything the sandbox and gate images need, so building them never waits
 # on a registry; the Containerfiles install only what a base lacks.
-AISB_BASE_PACKAGES=ca-certificates,curl,fd-find,git,nodejs,npm,openssh-client,python3,ripgrep,squid,util-linux,passwd
+AISB_BASE_PACKAGES=ca-certificates,curl,fd-find,git,nodejs,npm,openssh-client,python3,ripgrep,squid-openssl,util-linux,passwd
 AISB_UPSTREAM_NS=aisb-up
 AISB_UPSTREAM_ADDR=198.51.100.10
 # The test SSH server: OpenSSH's sshd in a namespace of its own (the
