@@ -12,6 +12,7 @@ all: build
 build:
 	$(GO) build -tags "$(TAGS)" -o bin/aisb ./cmd/aisb
 	$(GO) build -trimpath -ldflags "-s -w" -o bin/aisb-entrypoint ./cmd/aisb-entrypoint
+	$(GO) build -trimpath -ldflags "-s -w" -o bin/aisb-gatehelper ./cmd/aisb-gatehelper
 
 vet:
 	$(GO) vet -tags "$(TAGS)" ./...

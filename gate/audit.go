@@ -15,8 +15,10 @@ import (
 
 // Audit events.
 const (
-	EventAllowed = "network_allowed"
-	EventBlocked = "network_blocked"
+	EventAllowed      = "network_allowed"
+	EventBlocked      = "network_blocked"
+	EventPolicyChange = "policy_change" // a running session's allowlist changed (Action allow or deny)
+	EventAsk          = "ask"           // a question about a name, and its outcome in Action
 )
 
 // RuleUntagged is recorded for a line squid wrote without a rule: a request
@@ -38,9 +40,19 @@ type Event struct {
 	Rule    string    `json:"rule"`
 	Bytes   int64     `json:"bytes"`
 	Client  string    `json:"client,omitempty"`
+	Action  string    `json:"action,omitempty"` // policy_change and ask events
+	By      *Who      `json:"by,omitempty"`     // who changed the policy or answered
 }
 
-// Blocked reports whether the event is a refusal.
+// Who is the process that changed a session's policy, as the kernel named it
+// on the control socket.
+type Who struct {
+	UID int    `json:"uid"`
+	PID int    `json:"pid"`
+	Via string `json:"via"` // "aisb allow", "aisb deny" or "aisb watch"
+}
+
+// Blocked reports whether the event is a refusal of a request.
 func (e Event) Blocked() bool { return e.Event == EventBlocked }
 
 // ParseLine reads one access-log line written with the gate's logformat:
@@ -139,6 +151,10 @@ func Advice(e Event) string {
 		return "the gate could not read or finish this request (malformed, or the client left during the check)"
 	}
 }
+
+// Printable is s with every byte outside printable ASCII replaced by '?':
+// for whatever reaches a terminal from a file or from traffic.
+func Printable(s string) string { return printable(s) }
 
 // printable replaces every byte outside printable ASCII with '?'.
 func printable(s string) string {

@@ -47,7 +47,18 @@ type Options struct {
 	SSHHosts  []allowlist.Host // validated names SSH may reach on port 22
 	DNS       []netip.Addr
 	Owner     string // engine.LabelOwner value; empty for a long-lived gate
+	// HelperDir, when set, holds HelperProgram and the session's helper
+	// socket; it is mounted read-only at /ask and the gate asks through it
+	// about names its list does not hold.
+	HelperDir string
 }
+
+// Where a session gate finds its helper, in HelperDir.
+const (
+	HelperProgram = "aisb-gatehelper"
+	HelperSocket  = "helper.sock"
+	helperMount   = "/ask"
+)
 
 // Gate is a running gate.
 type Gate struct {
@@ -85,7 +96,11 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
 	}
-	conf, err := Render(Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host})
+	cfg := Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host}
+	if o.HelperDir != "" {
+		cfg.Helper = &Helper{Program: helperMount + "/" + HelperProgram, Socket: helperMount + "/" + HelperSocket}
+	}
+	conf, err := Render(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -116,6 +131,11 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	s.ReadOnlyFilesystem = ptr(true)
 	s.ReadWriteTmpfs = ptr(true)
 	s.Mounts = []spec.Mount{{Type: "bind", Source: o.Dir, Destination: dirInContainer, Options: []string{"rw"}}}
+	if o.HelperDir != "" {
+		// Read-only: squid (the user's uid on the host) can connect to the
+		// socket but replace neither it nor the helper.
+		s.Mounts = append(s.Mounts, spec.Mount{Type: "bind", Source: o.HelperDir, Destination: helperMount, Options: []string{"ro"}})
+	}
 	s.Labels = map[string]string{engine.LabelKind: "gate", engine.LabelSession: o.Session}
 	if o.Owner != "" {
 		s.Labels[engine.LabelOwner] = o.Owner

@@ -40,6 +40,14 @@ type Config struct {
 	SSHHosts  []allowlist.Host // validated names CONNECT may reach on port 22
 	DNS       []netip.Addr     // resolvers instead of the host's; empty: the host's
 	Host      netaddr.Host     // the host's own addresses, refused like internal ones
+	Helper    *Helper          // asks the session's aisb about unlisted names; nil: none
+}
+
+// Helper is the external ACL helper a session gate consults for names its
+// list does not hold (allowed live with aisb allow, or asked in ask mode).
+type Helper struct {
+	Program string // absolute path in the gate container
+	Socket  string // the session's helper socket, as the gate sees it
 }
 
 var sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -57,6 +65,13 @@ func Render(c Config) (string, error) {
 	}
 	if c.Dir == "" || strings.ContainsAny(c.Dir, " \t\r\n\"#") || !strings.HasPrefix(c.Dir, "/") {
 		return "", fmt.Errorf("render gate config: directory %q must be absolute with no spaces or quotes", c.Dir)
+	}
+	if h := c.Helper; h != nil {
+		for _, p := range []string{h.Program, h.Socket} {
+			if p == "" || strings.ContainsAny(p, " \t\r\n\"#%") || !strings.HasPrefix(p, "/") {
+				return "", fmt.Errorf("render gate config: helper path %q must be absolute with no spaces, quotes or %%", p)
+			}
+		}
 	}
 	var names, addrs []string
 	for _, h := range c.Allowlist {
@@ -92,7 +107,7 @@ func Render(c Config) (string, error) {
 	line("pid_filename %s/squid.pid", c.Dir)
 	line("cache_log %s/cache.log", c.Dir)
 	line("")
-	line("# A gate, not a cache: nothing stored, no side services, no helpers.")
+	line("# A gate, not a cache: nothing stored, no side services.")
 	line("cache deny all")
 	line("cache_mem 0 MB")
 	line("icp_port 0")
@@ -134,6 +149,15 @@ func Render(c Config) (string, error) {
 	}
 	line("# The one ACL that resolves: reached only for allowed requests.")
 	line("%s", internalACL(c.Host))
+	live := ""
+	if h := c.Helper; h != nil {
+		line("# Names the lists above do not hold are asked of the session's aisb (aisb")
+		line("# allow, ask mode). Only the refusal lines for unlisted names reach it: a")
+		line("# listed name never waits on it. ttl=0: no answer is reused.")
+		line("external_acl_type gate_live_helper ttl=0 negative_ttl=0 grace=0 children-startup=1 children-max=1 concurrency=1000 %%DST %s %s", h.Program, h.Socket)
+		line("acl gate_live external gate_live_helper")
+		live = " !gate_live"
+	}
 	line("")
 	line("# Tags: always match, so each is put last on its line and records the rule.")
 	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed} {
@@ -149,7 +173,7 @@ func Render(c Config) (string, error) {
 	if len(addrs) > 0 {
 		listedAddr = " !gate_listed_addrs"
 	}
-	line("http_access deny gate_ip_literal%s gate_rule_%s", listedAddr, RuleIPLiteral)
+	line("http_access deny gate_ip_literal%s%s gate_rule_%s", listedAddr, live, RuleIPLiteral)
 	line("%s", sshAccess(sshNames))
 	// A CONNECT to port 22 that got here is for a listed SSH name.
 	sshListed := ""
@@ -157,11 +181,11 @@ func Render(c Config) (string, error) {
 		sshListed = " !gate_ssh_port"
 	}
 	if len(names) > 0 {
-		line("http_access deny !gate_listed_names%s%s gate_rule_%s", listedAddr, sshListed, RuleNotListed)
+		line("http_access deny !gate_listed_names%s%s%s gate_rule_%s", listedAddr, sshListed, live, RuleNotListed)
 	} else if len(addrs) > 0 {
-		line("http_access deny !gate_listed_addrs%s gate_rule_%s", sshListed, RuleNotListed)
+		line("http_access deny !gate_listed_addrs%s%s gate_rule_%s", sshListed, live, RuleNotListed)
 	} else {
-		line("http_access deny%s gate_rule_%s", sshListed, RuleNotListed)
+		line("http_access deny%s%s gate_rule_%s", sshListed, live, RuleNotListed)
 	}
 	line("http_access deny gate_internal gate_rule_%s", RuleInternal)
 	line("http_access allow gate_rule_%s", RuleAllowed)

@@ -185,3 +185,50 @@ func TestRenderSSH(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderHelperOnlyForUnlisted: the live helper is consulted only on the
+// refusal lines for unlisted IP literals and names, after the listed ACLs,
+// so a listed request never reaches it; without a helper nothing mentions it.
+func TestRenderHelperOnlyForUnlisted(t *testing.T) {
+	for _, list := range [][]string{{"a.example", "192.0.2.7"}, {"a.example"}, {"192.0.2.7"}, nil} {
+		hosts, _ := allowlist.Parse(list)
+		conf, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts, Helper: &Helper{Program: "/ask/aisb-gatehelper", Socket: "/ask/helper.sock"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(conf, "external_acl_type gate_live_helper ttl=0 negative_ttl=0 grace=0 ") {
+			t.Errorf("%v: no helper definition, or its answers are cached", list)
+		}
+		var asking []string
+		for _, l := range strings.Split(conf, "\n") {
+			if !strings.HasPrefix(l, "http_access") || !strings.Contains(l, "gate_live") {
+				continue
+			}
+			asking = append(asking, l)
+			f := strings.Fields(l)
+			if f[1] != "deny" || f[len(f)-2] != "!gate_live" {
+				t.Errorf("%v: %q: the helper must be the last condition of a deny line", list, l)
+			}
+			// A listed name fails gate_ip_literal (all digits and dots, or
+			// IPv6) at once; every other listed request fails a !listed ACL.
+			for _, listed := range []string{"gate_listed_names", "gate_listed_addrs"} {
+				if listed == "gate_listed_names" && strings.HasPrefix(l, "http_access deny gate_ip_literal ") {
+					continue
+				}
+				if strings.Contains(conf, "acl "+listed+" ") && !strings.Contains(l, "!"+listed+" ") {
+					t.Errorf("%v: %q reaches the helper without first ruling out %s", list, l, listed)
+				}
+			}
+		}
+		if len(asking) != 2 || !strings.HasSuffix(asking[0], RuleIPLiteral) || !strings.HasSuffix(asking[1], RuleNotListed) {
+			t.Errorf("%v: lines that ask: %q", list, asking)
+		}
+	}
+	conf, _ := Render(Config{Session: "s", Port: 1, Dir: "/gate"})
+	if strings.Contains(conf, "gate_live") {
+		t.Error("a gate without a helper mentions it")
+	}
+	if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Helper: &Helper{Program: "/ask/x y", Socket: "/s"}}); err == nil {
+		t.Error("a helper path with a space was rendered")
+	}
+}

@@ -38,8 +38,14 @@ var forbidden = map[string][]string{
 	"gate":       {mod + "config", mod + "sandbox", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"sandbox":    {mod + "config", mod + "gate", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"reaper":     {mod + "config", mod + "gate", mod + "sandbox", mod + "session"},
-	"session":    {mod + "ruleset", mod + "entrypoint", mod + "doctor", "github.com/google/nftables"},
-	"doctor":     {mod + "session", mod + "config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	// A running session's registry: files under the user's state only.
+	"registry": {mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", mod + "live", "github.com/containers/"},
+	// The live server decides for a session's gate: it never starts anything.
+	"live": {mod + "config", mod + "sandbox", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	// The gate's helper runs inside the gate: stdlib only.
+	"cmd/aisb-gatehelper": {mod, "github.com/", "golang.org/x/"},
+	"session":             {mod + "ruleset", mod + "entrypoint", mod + "doctor", "github.com/google/nftables"},
+	"doctor":              {mod + "session", mod + "config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	// The CLI need not link nftables: only aisb-entrypoint does.
 	"cmd/aisb": {mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 
