@@ -54,13 +54,14 @@ func timeIt(b *testing.B, f func() error) time.Duration {
 
 type user struct {
 	bin, project, config, state string
+	helpers                     []string // AISB_ENTRYPOINT=…, AISB_GATEHELPER=…: each binary is built in a directory of its own
 }
 
 func newUser(b *testing.B) *user {
 	b.Helper()
 	testhost.Require(b)
 	u := &user{bin: testhost.Binary(b, "cmd/aisb", podmanTags...), project: testhost.UserDir(b), config: testhost.UserDir(b), state: testhost.UserDir(b)}
-	testhost.Binary(b, "cmd/aisb-entrypoint")
+	u.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(b, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(b, "cmd/aisb-gatehelper")}
 	os.MkdirAll(filepath.Join(u.config, "aisb"), 0o755)
 	os.WriteFile(filepath.Join(u.config, "aisb", "config.toml"), []byte("version = 1\n[network]\ndns = [\""+testhost.UpstreamAddr+"\"]\n"), 0o644)
 	exec.Command("chown", "-R", testhost.User+":", u.config).Run()
@@ -71,7 +72,7 @@ func (u *user) aisb(b *testing.B, serviceURI string, args ...string) error {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	env := []string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state, "AISB_BASE_IMAGE=" + testhost.BaseImage}
+	env := append([]string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state, "AISB_BASE_IMAGE=" + testhost.BaseImage}, u.helpers...)
 	if serviceURI != "" {
 		env = append(env, "CONTAINER_HOST="+serviceURI)
 	}
@@ -202,8 +203,8 @@ func BenchmarkThroughput(b *testing.B) {
 		out := &bytes.Buffer{}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		cmd := testhost.UserCommand(ctx, append([]string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state,
-			"AISB_BASE_IMAGE=" + testhost.BaseImage, "CONTAINER_HOST=" + uri, u.bin}, args...)...)
+		cmd := testhost.UserCommand(ctx, append(append(append([]string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state,
+			"AISB_BASE_IMAGE=" + testhost.BaseImage, "CONTAINER_HOST=" + uri}, u.helpers...), u.bin), args...)...)
 		cmd.Dir, cmd.Stdout = u.project, out
 		if err := cmd.Run(); err != nil {
 			b.Fatalf("%v: %v %s", args, err, out)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -56,6 +57,22 @@ type Network struct {
 	SSHHosts     []string `toml:"ssh_hosts"` // as written; parsed into File.SSH, then Resolved.SSHHosts
 	HostPorts    []int    `toml:"host_ports"`
 	DNS          []string `toml:"dns"`
+	Ask          bool     `toml:"ask"`         // hold an unlisted name while aisb watch is asked
+	AskTimeout   int      `toml:"ask_timeout"` // seconds a held request waits; 0: DefaultAskTimeout
+}
+
+// DefaultAskTimeout is network.ask_timeout when unset, in seconds.
+const DefaultAskTimeout = 30
+
+// MaxAskTimeout bounds network.ask_timeout, in seconds.
+const MaxAskTimeout = 600
+
+// AskWait is how long a held request waits for an answer.
+func (n Network) AskWait() time.Duration {
+	if n.AskTimeout <= 0 {
+		return DefaultAskTimeout * time.Second
+	}
+	return time.Duration(n.AskTimeout) * time.Second
 }
 
 // Resolvers are network.dns as addresses. Every entry was checked by
@@ -205,7 +222,7 @@ func Parse(name string, content []byte) (*File, error) {
 var knownKeys = map[string][]string{
 	"":        {"version", "network", "env", "limits", "sandbox", "logs"},
 	"logs":    {"session_max", "total_max"},
-	"network": {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns"},
+	"network": {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns", "ask", "ask_timeout"},
 	"env":     {"pass", "set"},
 	"limits":  {"pids", "memory", "cpus"},
 	"sandbox": {"harness", "base_image", "ssh_agent"},

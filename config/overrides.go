@@ -24,6 +24,7 @@ type Overrides struct {
 	Pids      int      // --pids
 	Memory    string   // --memory
 	CPUs      float64  // --cpus
+	Ask       bool     // --ask: turns network.ask on
 }
 
 // Apply lays the overrides over the resolved configuration. Problems name
@@ -87,6 +88,9 @@ func (r *Resolved) Apply(o Overrides) error {
 			p.Field = "--harness"
 			ps = append(ps, p)
 		}
+	}
+	if o.Ask {
+		c.Network.Ask = true
 	}
 	if o.BaseImage != "" {
 		c.Sandbox.BaseImage = o.BaseImage

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/aisb-dev/aisb/allowlist"
 )
@@ -115,6 +116,12 @@ func (r *Resolved) merge(f *File) {
 	if f.Defines("network.dns") {
 		c.Network.DNS = fc.Network.DNS
 	}
+	if f.Defines("network.ask") {
+		c.Network.Ask = fc.Network.Ask
+	}
+	if f.Defines("network.ask_timeout") {
+		c.Network.AskTimeout = fc.Network.AskTimeout
+	}
 	if f.Defines("env.pass") {
 		c.Env.Pass = fc.Env.Pass
 	}
@@ -182,6 +189,23 @@ func (r *Resolved) narrow(f *File) (ignored []widening) {
 		r.Allowlist = kept
 	}
 	r.narrowSSHHosts(f, ignore)
+	// Asking is narrower than allowing (an unlisted name is refused unless
+	// the user says yes), so a project may turn it on but never off, and may
+	// only shorten the wait.
+	if f.Defines("network.ask") {
+		if fc.Network.Ask {
+			c.Network.Ask = true
+		} else if c.Network.Ask {
+			ignore("network.ask", "a project file may turn asking on, not off")
+		}
+	}
+	if f.Defines("network.ask_timeout") {
+		if time.Duration(fc.Network.AskTimeout)*time.Second <= c.Network.AskWait() {
+			c.Network.AskTimeout = fc.Network.AskTimeout
+		} else {
+			ignore("network.ask_timeout", "a project file may only shorten the wait")
+		}
+	}
 	if f.Defines("network.host_ports") {
 		var kept []int
 		for _, p := range fc.Network.HostPorts {

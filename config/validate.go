@@ -25,6 +25,7 @@ var checks = []struct {
 	{"network.ssh_hosts", checkSSHHosts},
 	{"network.host_ports", checkHostPorts},
 	{"network.dns", checkDNS},
+	{"network.ask_timeout", checkAskTimeout},
 	{"env.pass", checkEnvPass},
 	{"env.set", checkEnvSet},
 	{"limits", checkLimits},
@@ -87,6 +88,16 @@ func entryProblems(f *File, field string, errs []*allowlist.EntryError) []Proble
 		ps = append(ps, f.problem(fmt.Sprintf("%s[%d]", field, e.Index), "%s", e.Error()))
 	}
 	return ps
+}
+
+func checkAskTimeout(f *File) []Problem {
+	if !f.Defines("network.ask_timeout") {
+		return nil
+	}
+	if t := f.Config.Network.AskTimeout; t < 1 || t > MaxAskTimeout {
+		return []Problem{f.problem("network.ask_timeout", "%d: write a number of seconds from 1 to %d", t, MaxAskTimeout)}
+	}
+	return nil
 }
 
 func checkHostPorts(f *File) []Problem {

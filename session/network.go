@@ -22,6 +22,7 @@ import (
 type network struct {
 	policyFile string
 	hostAdd    []string
+	gatePort   int // on the host's loopback, in allow mode
 	close      func(trace func(string))
 	// lost is the gate dying mid-session (gate.ErrLost), or nil.
 	lost func() error
@@ -30,7 +31,7 @@ type network struct {
 // openNetwork writes the session policy for the mode: in allow mode after the
 // gate listens (the policy names its port; env gets the proxy variables), in
 // no-gate mode with the names pinned at start.
-func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper string, env map[string]string) (*network, error) {
+func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper, helperDir string, env map[string]string) (*network, error) {
 	cfg := o.Config.Config
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(helper))
@@ -40,7 +41,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner)
+		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner, helperDir)
 		if err != nil {
 			return nil, err
 		}
@@ -72,6 +73,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 			}
 			trace("gate stopped")
 		}
+		n.gatePort = port
 		p.Gate = &contract.Endpoint{Addr: mapped, Port: uint16(port)}
 		for k, v := range proxyEnv(fmt.Sprintf("http://%s:%d", mapped, port)) {
 			env[k] = v
@@ -106,10 +108,11 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 }
 
 // openGate starts the session's gate (or finds the long-lived one) and
-// follows its audit; stop removes it. It is not started concurrently with
+// follows its audit; stop removes it. helperDir, when set, is the session's
+// live helper directory (see startSteer). It is not started concurrently with
 // the sandbox's creation: measured here, Podman 5.4 then sometimes fails the
 // sandbox's attach ("doesn't map UID 0"), for some 30 ms of gain.
-func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string) (g *gate.Gate, stop func() error, err error) {
+func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helperDir string) (g *gate.Gate, stop func() error, err error) {
 	cfg := o.Config.Config
 	if o.GateName != "" {
 		g, err := gate.Find(c, o.GateName, o.Paths.GateDir(o.GateName))
@@ -122,7 +125,7 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner str
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner})
+	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: helperDir})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -35,6 +35,7 @@ type Options struct {
 	RlimitFallback bool
 	CPUSeconds     uint64
 	Entrypoint     string   // path of the aisb-entrypoint binary
+	GateHelper     string   // path of the aisb-gatehelper binary; "": next to aisb
 	Watchdog       []string // argv that starts the watchdog; nil: none
 	Terminal       bool
 	Trace          bool // print phase timings ($AISB_TRACE)
@@ -115,11 +116,19 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 		defer stop()
 	}
-	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, env)
+	st, err := startSteer(o, id, dir, owner)
+	if err != nil {
+		return 0, err
+	}
+	defer st.stop()
+	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st.helperDir, env)
 	if err != nil {
 		return 0, err
 	}
 	defer net.close(trace)
+	if err := st.publish(net.gatePort); err != nil {
+		return 0, err
+	}
 	trace("network ready")
 
 	exit, err := sandbox.Run(c, sandbox.Options{

@@ -62,6 +62,10 @@ func (p Paths) GateDir(name string) string { return filepath.Join(p.State, "gate
 // AuditDir holds one JSON-lines audit file per session.
 func (p Paths) AuditDir() string { return filepath.Join(p.State, "audit") }
 
+// RunningDir holds the registry of running sessions and their control
+// sockets: written only by each session's own aisb process.
+func (p Paths) RunningDir() string { return filepath.Join(p.State, "running") }
+
 // LockDir holds aisb's lock files: in the user's runtime directory, never a
 // directory another user can write.
 func (p Paths) LockDir() string { return filepath.Join(p.Runtime, "aisb") }

@@ -25,11 +25,12 @@ var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_ima
 type aisbUser struct {
 	bin     string
 	project string
-	config  string // XDG_CONFIG_HOME
-	state   string // XDG_STATE_HOME
-	base    string // AISB_BASE_IMAGE
-	private bool   // no CONTAINER_HOST: aisb starts its own podman service
-	host    string // CONTAINER_HOST instead of the tests' shared service
+	config  string   // XDG_CONFIG_HOME
+	state   string   // XDG_STATE_HOME
+	base    string   // AISB_BASE_IMAGE
+	helpers []string // AISB_ENTRYPOINT=…, AISB_GATEHELPER=…: each binary is built in a directory of its own
+	private bool     // no CONTAINER_HOST: aisb starts its own podman service
+	host    string   // CONTAINER_HOST instead of the tests' shared service
 }
 
 func newAisb(t *testing.T, base, configTOML string) *aisbUser {
@@ -42,7 +43,7 @@ func newAisb(t *testing.T, base, configTOML string) *aisbUser {
 		state:   testhost.UserDir(t),
 		base:    base,
 	}
-	testhost.Binary(t, "cmd/aisb-entrypoint") // found next to aisb
+	a.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(t, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(t, "cmd/aisb-gatehelper")}
 	if configTOML != "" {
 		writeUserFile(t, filepath.Join(a.config, "aisb", "config.toml"), configTOML)
 	}
@@ -66,7 +67,7 @@ func writeUserFile(t *testing.T, path, content string) {
 }
 
 func (a *aisbUser) command(t *testing.T, ctx context.Context, args ...string) []string {
-	env := []string{"XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state}
+	env := append([]string{"XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state}, a.helpers...)
 	if a.base != "" {
 		env = append(env, "AISB_BASE_IMAGE="+a.base)
 	}

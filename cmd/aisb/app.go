@@ -23,6 +23,7 @@ type appEnv struct {
 	where      engine.Where
 	home       string // $HOME
 	entrypoint string // $AISB_ENTRYPOINT
+	gateHelper string // $AISB_GATEHELPER
 	trace      bool   // $AISB_TRACE
 	logf       func(format string, args ...any)
 }
@@ -31,6 +32,7 @@ func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 	e := &appEnv{
 		home:       getenv("HOME"),
 		entrypoint: getenv("AISB_ENTRYPOINT"),
+		gateHelper: getenv("AISB_GATEHELPER"),
 		trace:      getenv("AISB_TRACE") != "",
 		// What aisb says can carry names from files and traffic: printable only.
 		logf: func(format string, args ...any) {
@@ -84,6 +86,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			imageCommand(e),
 			doctorCommand(e),
 			auditCommand(e),
+			psCommand(e),
+			changeCommand(e, "allow"),
+			changeCommand(e, "deny"),
+			watchCommand(e),
 			completionCommand(),
 			watchdogCommand(e),
 			followCommand(e),

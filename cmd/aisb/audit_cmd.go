@@ -141,6 +141,17 @@ func printEvent(w io.Writer, e gate.Event) error {
 			e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, e.Bytes)
 		return err
 	}
+	if e.Event == gate.EventPolicyChange || e.Event == gate.EventAsk {
+		kind, by := "POLICY", ""
+		if e.Event == gate.EventAsk {
+			kind = "ASKED"
+		}
+		if e.By != nil {
+			by = fmt.Sprintf("  by uid %d pid %d (%s)", e.By.UID, e.By.PID, termsafe.Printable(e.By.Via))
+		}
+		_, err := fmt.Fprintf(w, "%s  %s  %-7s  %s %s%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, kind, termsafe.Printable(e.Action), e.Host, by)
+		return err
+	}
 	verdict := "ALLOWED"
 	if e.Blocked() {
 		verdict = "BLOCKED"

@@ -50,6 +50,7 @@ EXAMPLE:
 			&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST` (\".example.com\" for the domain and its subdomains); repeatable"},
 			&cli.StringSliceFlag{Name: "allow-ssh", Usage: "let ssh reach port 22 of `HOST` through the gate (same grammar as --allow, names only); repeatable"},
 			&cli.BoolFlag{Name: "ssh-agent", Usage: "forward your ssh-agent (SSH_AUTH_SOCK) so ssh inside can sign with your keys; without it ssh inside has no key"},
+			&cli.BoolFlag{Name: "ask", Usage: "hold a request for an unlisted name while aisb watch (in another terminal) asks you; refused when nobody answers"},
 			&cli.IntSliceFlag{Name: "host-port", Usage: "let the sandbox reach this TCP `PORT` of the host's loopback; repeatable"},
 			&cli.StringSliceFlag{Name: "env", Usage: "pass `NAME` from your environment, or set NAME=VALUE; repeatable"},
 			&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell"},
@@ -76,7 +77,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 	r, src, err := resolveConfigIn(e, dir, resolve{project: true, harness: true}, config.Overrides{
 		Mode: c.String("net"), Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), SSHAgent: c.Bool("ssh-agent"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
-		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"),
+		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"), Ask: c.Bool("ask"),
 	})
 	if err != nil {
 		return err
@@ -97,7 +98,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), AllowProjectSockets: c.Bool("allow-project-sockets"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
-		Entrypoint: ep, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Trace: e.trace,
+		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Trace: e.trace,
 		Logf: e.logf, Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {

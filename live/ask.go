@@ -1,0 +1,180 @@
+package live
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/gate"
+)
+
+// prompt is one open question; every request for the host waits on it.
+type prompt struct {
+	id       int
+	host     string
+	deadline time.Time
+	done     chan struct{}
+	answer   string
+}
+
+// watcher is one aisb watch connected to the control socket.
+type watcher struct {
+	c    net.Conn
+	peer peer
+	mu   sync.Mutex
+}
+
+func (w *watcher) send(m Message) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	if writeJSON(w.c, m) != nil {
+		w.c.Close() // a watcher that cannot keep up is dropped
+	}
+}
+
+// admit decides a request for name, which the gate's list does not hold:
+// allowed live → yes; otherwise, in ask mode with a watcher, the watcher's
+// answer within the timeout; otherwise no, at once.
+func (s *Server) admit(name string) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	h, err := allowlist.ParseHost(name)
+	if err != nil || h.Domain {
+		s.mu.Unlock()
+		return false
+	}
+	if allowlist.Covered(s.live, h) {
+		s.mu.Unlock()
+		return true
+	}
+	// Only names are asked about; the gate admits addresses only when listed.
+	if !s.o.Ask || h.IsAddr() || h.IsNet() {
+		s.mu.Unlock()
+		return false
+	}
+	p := s.pending[name]
+	if p == nil {
+		refuse := ""
+		switch {
+		case len(s.watchers) == 0:
+			refuse = AnswerNoWatcher
+		case len(s.pending) >= maxPending:
+			refuse = AnswerTooMany
+		}
+		if refuse != "" {
+			s.auditLocked(gate.Event{Event: gate.EventAsk, Action: refuse, Host: name})
+			s.mu.Unlock()
+			return false
+		}
+		s.nextID++
+		p = &prompt{id: s.nextID, host: name, deadline: time.Now().Add(s.o.AskTimeout), done: make(chan struct{})}
+		s.pending[name] = p
+		for w := range s.watchers {
+			go w.send(Message{Type: "prompt", Prompt: p.id, Host: name, Deadline: p.deadline})
+		}
+	}
+	s.mu.Unlock()
+
+	t := time.NewTimer(time.Until(p.deadline))
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		s.resolve(p, AnswerTimeout, nil)
+	case <-s.closing:
+		s.resolve(p, AnswerTimeout, nil)
+	}
+	<-p.done
+	return p.answer == AnswerOnce || p.answer == AnswerSession
+}
+
+// resolve ends a prompt once; later answers to it change nothing.
+func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
+	s.mu.Lock()
+	if s.pending[p.host] != p {
+		s.mu.Unlock()
+		return false
+	}
+	delete(s.pending, p.host)
+	p.answer = answer
+	e := gate.Event{Event: gate.EventAsk, Action: answer, Host: p.host}
+	if by != nil {
+		e.By = &gate.Who{UID: by.uid, PID: by.pid, Via: "aisb watch"}
+	}
+	s.auditLocked(e)
+	for w := range s.watchers {
+		go w.send(Message{Type: "resolved", Prompt: p.id, Host: p.host, Answer: answer})
+	}
+	s.mu.Unlock()
+	if answer == AnswerSession {
+		s.change(OpAllow, p.host, *by, "aisb watch")
+	}
+	close(p.done)
+	return true
+}
+
+// watch serves one aisb watch: the open questions now and as they come, and
+// its answers. It returns when the watcher leaves or the session ends.
+func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
+	w := &watcher{c: c, peer: p}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.watchers[w] = true
+	open := make([]*prompt, 0, len(s.pending))
+	for _, q := range s.pending {
+		open = append(open, q)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.watchers, w)
+		s.mu.Unlock()
+	}()
+	w.mu.Lock()
+	err := writeJSON(c, Reply{Allowlist: s.Allowlist()})
+	w.mu.Unlock()
+	if err != nil {
+		return
+	}
+	slices.SortFunc(open, func(a, b *prompt) int { return a.id - b.id })
+	for _, q := range open {
+		w.send(Message{Type: "prompt", Prompt: q.id, Host: q.host, Deadline: q.deadline})
+	}
+	for {
+		line, err := readLine(r)
+		if err != nil {
+			return
+		}
+		var req Request
+		if json.Unmarshal(line, &req) != nil || req.Op != OpAnswer {
+			continue
+		}
+		switch req.Answer {
+		case AnswerOnce, AnswerSession, AnswerDeny:
+		default:
+			continue
+		}
+		s.mu.Lock()
+		var q *prompt
+		for _, x := range s.pending {
+			if x.id == req.Prompt {
+				q = x
+			}
+		}
+		s.mu.Unlock()
+		if q != nil {
+			s.resolve(q, req.Answer, &p)
+		}
+	}
+}

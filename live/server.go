@@ -1,0 +1,248 @@
+package live
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/gate"
+)
+
+// DefaultAskTimeout is how long a request waits for a watcher's answer.
+const DefaultAskTimeout = 30 * time.Second
+
+// maxPending bounds the questions open at once; more are refused at once.
+const maxPending = 32
+
+// Options start a session's live server.
+type Options struct {
+	Session       string
+	Start         []allowlist.Host // the allowlist squid.conf lists: never asked about
+	Ask           bool
+	AskTimeout    time.Duration // 0: DefaultAskTimeout
+	HelperSocket  string        // the gate's helper connects here (its directory is mounted into the gate)
+	ControlSocket string        // aisb allow, deny and watch connect here (never mounted anywhere)
+	Audit         io.Writer     // the session's audit file; one JSON line per write
+	OnChange      func(allowlist []string)
+}
+
+// Server is a running session's live allowlist.
+type Server struct {
+	o       Options
+	helper  *net.UnixListener
+	control *net.UnixListener
+	wg      sync.WaitGroup
+	closing chan struct{}
+
+	mu       sync.Mutex
+	live     []allowlist.Host // allowed while the session runs
+	watchers map[*watcher]bool
+	pending  map[string]*prompt // by host
+	nextID   int
+	closed   bool
+}
+
+// Start listens on both sockets. On failure nothing is left listening.
+func Start(o Options) (*Server, error) {
+	if o.AskTimeout <= 0 {
+		o.AskTimeout = DefaultAskTimeout
+	}
+	s := &Server{o: o, closing: make(chan struct{}), watchers: map[*watcher]bool{}, pending: map[string]*prompt{}}
+	var err error
+	if s.helper, err = listen(o.HelperSocket); err != nil {
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	if s.control, err = listen(o.ControlSocket); err != nil {
+		s.helper.Close()
+		return nil, fmt.Errorf("live: %w", err)
+	}
+	s.wg.Add(2)
+	go s.accept(s.helper, s.serveHelper)
+	go s.accept(s.control, s.serveControl)
+	return s, nil
+}
+
+// Close stops listening, refuses every waiting question and ends watches.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.closing)
+	for w := range s.watchers {
+		w.c.Close()
+	}
+	s.mu.Unlock()
+	s.helper.Close()
+	s.control.Close()
+	s.wg.Wait()
+}
+
+func (s *Server) accept(ln *net.UnixListener, serve func(net.Conn)) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer c.Close()
+			serve(c)
+		}()
+	}
+}
+
+// Allowlist is the list in force: the start list, then what was allowed live.
+func (s *Server) Allowlist() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allowlistLocked()
+}
+
+func (s *Server) allowlistLocked() []string {
+	var out []string
+	for _, h := range append(slices.Clone(s.o.Start), s.live...) {
+		out = append(out, h.String())
+	}
+	return out
+}
+
+// serveHelper answers one question of the gate's helper: "NAME\n" → "OK\n"
+// or "ERR\n". Nothing on this socket can change the allowlist.
+func (s *Server) serveHelper(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := readLine(bufio.NewReaderSize(c, 512))
+	if err != nil {
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	answer := "ERR\n"
+	if s.admit(strings.TrimSuffix(strings.ToLower(string(line)), ".")) {
+		answer = "OK\n"
+	}
+	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c.Write([]byte(answer))
+}
+
+// serveControl serves one client of the control socket: only the user's
+// own processes are answered.
+func (s *Server) serveControl(c net.Conn) {
+	p, err := peerOf(c)
+	if err != nil || p.uid != os.Getuid() {
+		return
+	}
+	r := bufio.NewReaderSize(c, maxLine)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := readLine(r)
+	if err != nil {
+		return
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		writeJSON(c, Reply{Error: "not a control request"})
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	switch req.Op {
+	case OpAllow, OpDeny:
+		changed, err := s.change(req.Op, req.Host, p, "aisb "+req.Op)
+		rep := Reply{Changed: changed, Allowlist: s.Allowlist()}
+		if err != nil {
+			rep.Error = err.Error()
+		}
+		writeJSON(c, rep)
+	case OpWatch:
+		s.watch(c, r, p)
+	default:
+		writeJSON(c, Reply{Error: fmt.Sprintf("unknown operation %q", printable(req.Op))})
+	}
+}
+
+// ErrStartListed is a deny of a name the session's gate lists from the start:
+// its squid.conf holds it, and reloading squid drops new connections.
+var ErrStartListed = errors.New("listed since the session started")
+
+// ErrNotAllowed is a deny of a name that is not allowed.
+var ErrNotAllowed = errors.New("not allowed in this session")
+
+// change applies aisb allow or deny (or a watcher's "session" answer).
+func (s *Server) change(op, host string, p peer, via string) (bool, error) {
+	h, err := allowlist.ParseHost(host)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, errors.New("the session is ending")
+	}
+	covered := func(list []allowlist.Host) bool {
+		return slices.ContainsFunc(list, func(x allowlist.Host) bool { return x.Covers(h) })
+	}
+	switch op {
+	case OpAllow:
+		if covered(s.o.Start) || covered(s.live) {
+			return false, nil
+		}
+		// A wider entry replaces the live entries it covers.
+		s.live = slices.DeleteFunc(s.live, func(x allowlist.Host) bool { return h.Covers(x) })
+		s.live = append(s.live, h)
+	case OpDeny:
+		n := len(s.live)
+		s.live = slices.DeleteFunc(s.live, func(x allowlist.Host) bool { return h.Covers(x) })
+		if len(s.live) == n {
+			if covered(s.o.Start) || slices.ContainsFunc(s.o.Start, func(x allowlist.Host) bool { return h.Covers(x) }) {
+				return false, fmt.Errorf("%s: %w (aisb deny withdraws what was allowed while the session runs; to drop a start entry, restart the session without it)", h, ErrStartListed)
+			}
+			return false, fmt.Errorf("%s: %w", h, ErrNotAllowed)
+		}
+	default:
+		return false, fmt.Errorf("unknown change %q", op)
+	}
+	s.auditLocked(gate.Event{Event: gate.EventPolicyChange, Action: op, Host: h.String(), By: &gate.Who{UID: p.uid, PID: p.pid, Via: via}})
+	if s.o.OnChange != nil {
+		s.o.OnChange(s.allowlistLocked())
+	}
+	return true, nil
+}
+
+// auditLocked writes one event to the session's audit file.
+func (s *Server) auditLocked(e gate.Event) {
+	if s.o.Audit == nil {
+		return
+	}
+	e.Time = time.Now().UTC()
+	e.Session = s.o.Session
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	s.o.Audit.Write(append(b, '\n'))
+}
+
+// printable replaces every byte outside printable ASCII with '?'.
+func printable(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	if len(b) > 200 {
+		b = append(b[:200], "..."...)
+	}
+	return string(b)
+}
