@@ -1,0 +1,490 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/testhost"
+	"github.com/aisb-dev/aisb/registry"
+)
+
+// agentScript runs, step by step, the command the test writes into
+// /project/goN, and prints "RN CODE MILLISECONDS OUTPUT" for each; "exit"
+// ends it. The test drives the agent from outside while the session runs.
+const agentScript = `i=1
+while :; do
+  while [ ! -e /project/go$i ]; do sleep 0.05; done
+  c=$(cat /project/go$i)
+  [ "$c" = exit ] && exit 0
+  t0=$(date +%s%3N)
+  out=$(sh -c "$c" 2>&1); code=$?
+  t1=$(date +%s%3N)
+  printf 'R%d %d %d %s\n' $i $code $((t1-t0)) "$(printf %s "$out" | tr '\n' ' ' | cut -c1-300)"
+  i=$((i+1))
+done
+`
+
+// liveSession is an aisb run in the background whose agent follows agentScript.
+type liveSession struct {
+	t      *testing.T
+	a      *aisbUser
+	cmd    *exec.Cmd
+	lines  chan string
+	stderr *strings.Builder
+	step   int
+	id     string
+	done   chan error
+}
+
+func startLive(t *testing.T, a *aisbUser, args ...string) *liveSession {
+	t.Helper()
+	writeUserFile(t, filepath.Join(a.project, "agent.sh"), agentScript)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	argv := a.command(t, ctx, append(append([]string{"run"}, args...), "--harness", "shell", "--", "sh", "/project/agent.sh")...)
+	s := &liveSession{t: t, a: a, cmd: testhost.UserCommand(ctx, argv...), lines: make(chan string, 100), stderr: &strings.Builder{}, done: make(chan error, 1)}
+	s.cmd.Dir = a.project
+	out, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stderr = &lockedWriter{b: s.stderr}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			s.lines <- sc.Text()
+		}
+		close(s.lines)
+		s.done <- s.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.end()
+		}
+	})
+	// The session is running once aisb ps lists it.
+	deadline := time.Now().Add(10 * time.Minute)
+	for s.id == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the session never appeared in aisb ps; stderr: %s", s.stderr)
+		}
+		for _, e := range s.a.ps(t) {
+			s.id = e.ID
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return s
+}
+
+type lockedWriter struct {
+	b *strings.Builder
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
+
+// do has the agent run command and returns its exit code, time and output.
+func (s *liveSession) do(command string) (code, ms int, out string) {
+	s.t.Helper()
+	s.step++
+	s.write(command)
+	prefix := fmt.Sprintf("R%d ", s.step)
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case l, ok := <-s.lines:
+			if !ok {
+				s.t.Fatalf("the session ended before step %d; stderr: %s", s.step, s.stderr)
+			}
+			rest, found := strings.CutPrefix(l, prefix)
+			if !found {
+				continue
+			}
+			f := strings.SplitN(rest, " ", 3)
+			code, _ = strconv.Atoi(f[0])
+			ms, _ = strconv.Atoi(f[1])
+			if len(f) == 3 {
+				out = f[2]
+			}
+			return code, ms, out
+		case <-timeout:
+			s.t.Fatalf("step %d (%s) did not finish", s.step, command)
+		}
+	}
+}
+
+func (s *liveSession) write(command string) {
+	tmp := filepath.Join(s.a.project, ".go.tmp")
+	if err := os.WriteFile(tmp, []byte(command), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.a.project, fmt.Sprintf("go%d", s.step))); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// end stops the agent and waits for aisb run to exit.
+func (s *liveSession) end() error {
+	s.step++
+	s.write("exit")
+	for range s.lines {
+	}
+	select {
+	case err := <-s.done:
+		return err
+	case <-time.After(time.Minute):
+		s.cmd.Process.Kill()
+		return fmt.Errorf("aisb run did not exit")
+	}
+}
+
+func (a *aisbUser) ps(t *testing.T) []registry.Entry {
+	t.Helper()
+	r := a.run(t, "ps", "--json")
+	if r.Code != 0 {
+		t.Fatalf("aisb ps: %s", r)
+	}
+	var out []registry.Entry
+	dec := json.NewDecoder(strings.NewReader(r.Stdout))
+	for {
+		var e registry.Entry
+		if err := dec.Decode(&e); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("aisb ps --json: %v\n%s", err, r.Stdout)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// viaGate is the agent's request through its gate.
+func viaGate(url string) string { return `probe http-proxy "$HTTP_PROXY" ` + url }
+
+// TestLiveAllowDeny: a running session's agent is refused a host; aisb allow
+// from outside admits its next request without a restart; aisb deny takes it
+// back; an allowed name resolving to an internal address stays refused; all
+// of it is in the audit with who did it.
+func TestLiveAllowDeny(t *testing.T) {
+	base := testBaseImage(t)
+	a := newAisb(t, base, dnsConfig())
+	plainControl(t, base, "tcp", testhost.Internal["private"]+":80")
+	s := startLive(t, a, "--allow", "allowed.test")
+
+	if code, _, out := s.do(viaGate("http://allowed.test/")); code != 0 {
+		t.Fatalf("control: a listed name through the gate: %s", out)
+	}
+	if code, _, out := s.do(viaGate("http://other.test/")); code == 0 || !strings.Contains(out, "403") {
+		t.Fatalf("before aisb allow: other.test: %d %s", code, out)
+	}
+	r := a.run(t, "allow", "--session", s.id, "--save", "other.test")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "allowed other.test in session "+s.id) {
+		t.Fatalf("aisb allow: %s", r)
+	}
+	if code, _, out := s.do(viaGate("http://other.test/")); code != 0 {
+		t.Errorf("after aisb allow: other.test refused: %s", out)
+	}
+	if code, _, out := s.do(viaGate("https://other.test/")); code != 0 {
+		t.Errorf("after aisb allow: a tunnel to other.test refused: %s", out)
+	}
+	ps := a.ps(t)
+	if len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test,other.test" || ps[0].Mode != "allow" || ps[0].GatePort == 0 || ps[0].Project != a.project {
+		t.Errorf("aisb ps: %+v", ps)
+	}
+	saved, _ := os.ReadFile(filepath.Join(a.config, "aisb", "config.toml"))
+	if !strings.Contains(string(saved), `dns = ["`+testhost.UpstreamAddr+`"]`) || !strings.Contains(string(saved), `allowed_hosts = ["other.test"]`) {
+		t.Errorf("--save: the user's config is now:\n%s", saved)
+	}
+
+	if r := a.run(t, "deny", "other.test"); r.Code != 0 { // the only session: no --session needed
+		t.Fatalf("aisb deny: %s", r)
+	}
+	if code, _, out := s.do(viaGate("http://other.test/")); code == 0 {
+		t.Errorf("after aisb deny: other.test admitted: %s", out)
+	}
+	if r := a.run(t, "deny", "allowed.test"); r.Code == 0 || !strings.Contains(r.Stderr, "listed since the session started") {
+		t.Errorf("deny of a start entry: %s", r)
+	}
+	if r := a.run(t, "allow", "--session", "nosuch", "x.test"); r.Code == 0 || !strings.Contains(r.Stderr, "no running session") {
+		t.Errorf("allow in a missing session: %s", r)
+	}
+
+	// Internal addresses stay refused whatever is allowed.
+	if r := a.run(t, "allow", "private.test"); r.Code != 0 {
+		t.Fatalf("aisb allow private.test: %s", r)
+	}
+	if code, _, out := s.do(viaGate("http://private.test/")); code == 0 {
+		t.Errorf("an allowed name resolving to an internal address was reached: %s", out)
+	}
+	if err := s.end(); err != nil {
+		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
+	}
+	if ps := a.ps(t); len(ps) != 0 {
+		t.Errorf("aisb ps after the session: %+v", ps)
+	}
+
+	var changes, requests []string
+	uid := testUID(t)
+	for _, e := range a.events(t) {
+		switch {
+		case e.Event == gate.EventPolicyChange:
+			if e.By == nil || e.By.UID != uid || e.By.PID == 0 {
+				t.Errorf("policy_change without who: %+v", e)
+			}
+			changes = append(changes, e.Action+" "+e.Host)
+		case e.Host == "other.test" || e.Host == "private.test":
+			requests = append(requests, e.Rule+" "+e.Host)
+		}
+	}
+	// Two sequences: the gate's lines reach the audit up to 100 ms later.
+	if got, want := strings.Join(changes, ","), "allow other.test,deny other.test,allow private.test"; got != want {
+		t.Errorf("audit policy changes:\n got %s\nwant %s", got, want)
+	}
+	if got, want := strings.Join(requests, ","), "not_listed other.test,allowed other.test,allowed other.test,not_listed other.test,internal private.test"; got != want {
+		t.Errorf("audit requests:\n got %s\nwant %s", got, want)
+	}
+}
+
+func testUID(t *testing.T) int {
+	r := testhost.Run(t, testhost.UserCommand(context.Background(), "id", "-u"))
+	uid, err := strconv.Atoi(strings.TrimSpace(r.Stdout))
+	if err != nil {
+		t.Fatal(r)
+	}
+	return uid
+}
+
+// watcher is aisb watch --json in the background: the test reads its
+// questions and answers them on its stdin.
+type watcher struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	msgs chan map[string]any
+}
+
+func startWatch(t *testing.T, a *aisbUser, id string) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	w := &watcher{t: t, msgs: make(chan map[string]any, 100)}
+	w.cmd = testhost.UserCommand(ctx, a.command(t, ctx, "watch", "--session", id, "--json")...)
+	w.cmd.Dir = a.project
+	var err error
+	if w.in, err = w.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := w.cmd.StdoutPipe()
+	errPipe, _ := w.cmd.StderrPipe()
+	if err := w.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.in.Close(); w.cmd.Process.Kill(); w.cmd.Wait() })
+	attached := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "watching session") {
+				attached <- true
+			}
+		}
+		close(attached)
+	}()
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["type"] != "request" {
+				w.msgs <- m
+			}
+		}
+		close(w.msgs)
+	}()
+	select {
+	case ok := <-attached:
+		if !ok {
+			t.Fatal("aisb watch did not attach")
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("aisb watch did not attach within a minute")
+	}
+	return w
+}
+
+// next returns the next question or resolution, or nil after wait.
+func (w *watcher) next(wait time.Duration) map[string]any {
+	select {
+	case m := <-w.msgs:
+		return m
+	case <-time.After(wait):
+		return nil
+	}
+}
+
+// TestLiveAsk: in ask mode a request for an unlisted name waits for aisb
+// watch: an answer admits it, no answer refuses it after the timeout, no
+// watcher refuses it at once, and a listed name is never asked about.
+func TestLiveAsk(t *testing.T) {
+	base := testBaseImage(t)
+	a := newAisb(t, base, dnsConfig()+"ask = true\nask_timeout = 2\n")
+	s := startLive(t, a, "--allow", "allowed.test")
+	if ps := a.ps(t); len(ps) != 1 || !ps[0].Ask {
+		t.Fatalf("aisb ps: %+v", ps)
+	}
+	// Nobody watching: refused at once, not after the timeout.
+	if code, ms, out := s.do(viaGate("http://other.test/")); code == 0 || ms > 1500 {
+		t.Errorf("no watcher: code %d after %d ms: %s", code, ms, out)
+	}
+
+	w := startWatch(t, a, s.id)
+	type result struct {
+		code, ms int
+		out      string
+	}
+	ask := func(url, answer string) result {
+		t.Helper()
+		res := make(chan result, 1)
+		go func() { c, ms, out := s.do(viaGate(url)); res <- result{c, ms, out} }()
+		m := w.next(time.Minute)
+		if m == nil || m["type"] != "prompt" {
+			t.Fatalf("no question for %s: %v", url, m)
+		}
+		if answer != "" {
+			fmt.Fprintf(w.in, "%s %v\n", answer, m["prompt"])
+		}
+		if m := w.next(time.Minute); m == nil || m["type"] != "resolved" {
+			t.Fatalf("question not resolved: %v", m)
+		}
+		return <-res
+	}
+	if r := ask("http://other.test/", "o"); r.code != 0 {
+		t.Errorf("allowed once: %+v", r)
+	}
+	if r := ask("http://other.test/", ""); r.code == 0 || r.ms < 1900 {
+		t.Errorf("unanswered: %+v", r)
+	}
+	if r := ask("http://other.test/", "d"); r.code == 0 {
+		t.Errorf("denied: %+v", r)
+	}
+	if r := ask("http://unlisted.test/", "s"); r.code != 0 {
+		t.Errorf("allowed for the session: %+v", r)
+	}
+	// Neither the name allowed for the session nor a listed one is asked about.
+	for _, url := range []string{"http://unlisted.test/", "http://allowed.test/"} {
+		if code, _, out := s.do(viaGate(url)); code != 0 {
+			t.Errorf("%s: %s", url, out)
+		}
+		if m := w.next(300 * time.Millisecond); m != nil {
+			t.Errorf("%s was asked about: %v", url, m)
+		}
+	}
+	if err := s.end(); err != nil {
+		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
+	}
+	var asks []string
+	for _, e := range a.events(t) {
+		if e.Event == gate.EventAsk || e.Event == gate.EventPolicyChange {
+			asks = append(asks, e.Event+":"+e.Action+":"+e.Host)
+		}
+	}
+	want := "ask:no_watcher:other.test,ask:once:other.test,ask:timeout:other.test,ask:deny:other.test,ask:session:unlisted.test,policy_change:allow:unlisted.test"
+	if got := strings.Join(asks, ","); got != want {
+		t.Errorf("audit:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestLiveAgentCannotSteer: while a question about its request is open and
+// a watcher is attached, the agent tries everything it can reach — the
+// gate's port, the project directory, its environment, the paths where the
+// session's sockets live on the host — to answer it or widen its allowlist.
+// Nothing works: its request is refused at the timeout, nothing changed.
+func TestLiveAgentCannotSteer(t *testing.T) {
+	base := testBaseImage(t)
+	a := newAisb(t, base, dnsConfig()+"ask = true\nask_timeout = 3\n")
+	s := startLive(t, a, "--allow", "allowed.test")
+	w := startWatch(t, a, s.id)
+	regDir := filepath.Join(a.state, "aisb", "running")
+	control := filepath.Join(regDir, s.id+".sock")
+	helper := filepath.Join(a.state, "aisb", "sessions", s.id, "ask", "helper.sock")
+	answer := `{"op":"answer","prompt":1,"answer":"session"}`
+	allow := `{"op":"allow","host":"other.test"}`
+	attack := strings.Join([]string{
+		// The request that waits for an answer.
+		`probe http-proxy "$HTTP_PROXY" http://other.test/ >/dev/null 2>&1 & bg=$!`,
+		`sleep 0.5`,
+		`gate=${HTTP_PROXY#http://}; ghost=${gate%:*}; gport=${gate#*:}`,
+		// The project directory: a project file that would allow it.
+		`printf 'version = 1\n[network]\nask = false\nallowed_hosts = ["other.test"]\n' > /project/.aisb.toml; echo "A project=$?"`,
+		// The host paths where the session reads decisions.
+		`mkdir -p ` + regDir + ` && printf '%s\n' '` + answer + `' > ` + control + `; echo "A control=$?"`,
+		`printf '%s\n' '` + allow + `' > ` + helper + ` 2>/dev/null; echo "A helper=$?"`,
+		`echo "A sockets=$(find / -xdev -type s 2>/dev/null | tr '\n' ' ')"`,
+		`echo "A env=$(env | grep -c -e AISB -e '\.sock' -e XDG_)"`,
+		// Crafted requests to the gate.
+		`echo "A header=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" -H 'X-Aisb-Answer: session' -H 'X-Aisb-Prompt: 1' http://allowed.test/)"`,
+		`echo "A origin=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$gate/aisb/answer?prompt=1&answer=session")"`,
+		`echo "A connect=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -p -x "$HTTP_PROXY" https://control.sock/)"`,
+		`echo "A rawconnect=$(bash -c 'exec 3<>/dev/tcp/'$ghost'/'$gport'; printf "CONNECT ` + control + ` HTTP/1.1\r\nHost: x\r\n\r\n%s\n" '"'"'` + answer + `'"'"' >&3; head -c 12 <&3')"`,
+		`echo "A newline=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://other.test%0aOK/')"`,
+		`echo "A ok=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://OK/')"`,
+		`wait $bg; echo "ASKED=$?"`,
+	}, "\n")
+	code, ms, out := s.do(attack)
+	t.Logf("agent (%d ms): %s", ms, out)
+	if !strings.Contains(out, "ASKED=1") || code != 0 {
+		t.Errorf("the waiting request was admitted, or the attack did not run: %d %s", code, out)
+	}
+	for _, want := range []string{"A project=0", "A env=0", "A header=200", "A connect=403", "A ok=403"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in the agent's output", want)
+		}
+	}
+	for _, refused := range []string{"A origin=200", "A rawconnect=HTTP/1.1 200", "A newline=200"} {
+		if strings.Contains(out, refused) {
+			t.Errorf("the gate admitted %q", refused)
+		}
+	}
+	if strings.Contains(out, ".sock") {
+		t.Errorf("a session socket is visible in the sandbox: %s", out)
+	}
+	// The question ended by the timeout, not by an answer.
+	var resolved []string
+	for m := w.next(time.Second); m != nil; m = w.next(time.Second) {
+		if m["type"] == "resolved" {
+			resolved = append(resolved, fmt.Sprint(m["host"], ":", m["answer"]))
+		}
+	}
+	if !strings.Contains(strings.Join(resolved, ","), "other.test:timeout") {
+		t.Errorf("questions resolved: %v", resolved)
+	}
+	if ps := a.ps(t); len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test" {
+		t.Errorf("the allowlist changed: %+v", ps)
+	}
+	if fi, err := os.Lstat(control); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("the control socket on the host: %v %v", fi, err)
+	}
+	if code, _, _ := s.do(viaGate("http://other.test/")); code == 0 {
+		t.Error("other.test admitted after the attack")
+	}
+	if err := s.end(); err != nil {
+		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
+	}
+	for _, e := range a.events(t) {
+		if e.Event == gate.EventPolicyChange || (e.Event == gate.EventAsk && e.Action != "timeout" && e.Action != "no_watcher") {
+			t.Errorf("the agent changed something: %+v", e)
+		}
+	}
+}
