@@ -21,21 +21,38 @@ type prompt struct {
 	answer   string
 }
 
-// watcher is one aisb watch connected to the control socket.
+// watcher is one aisb watch connected to the control socket. Its messages
+// go out in order through one queue; a watcher that cannot keep up is dropped.
 type watcher struct {
 	c    net.Conn
 	peer peer
-	mu   sync.Mutex
+	out  chan Message
+	once sync.Once
 }
 
+func newWatcher(c net.Conn, p peer) *watcher {
+	w := &watcher{c: c, peer: p, out: make(chan Message, 64)}
+	go func() {
+		for m := range w.out {
+			w.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
+			if writeJSON(w.c, m) != nil {
+				w.c.Close()
+			}
+		}
+	}()
+	return w
+}
+
+// send queues m; it never blocks the caller (who may hold the server's lock).
 func (w *watcher) send(m Message) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	if writeJSON(w.c, m) != nil {
-		w.c.Close() // a watcher that cannot keep up is dropped
+	select {
+	case w.out <- m:
+	default:
+		w.c.Close()
 	}
 }
+
+func (w *watcher) stop() { w.once.Do(func() { close(w.out) }) }
 
 // admit decides a request for name, which the gate's list does not hold:
 // allowed live → yes; otherwise, in ask mode with a watcher, the watcher's
@@ -78,7 +95,7 @@ func (s *Server) admit(name string) bool {
 		p = &prompt{id: s.nextID, host: name, deadline: time.Now().Add(s.o.AskTimeout), done: make(chan struct{})}
 		s.pending[name] = p
 		for w := range s.watchers {
-			go w.send(Message{Type: "prompt", Prompt: p.id, Host: name, Deadline: p.deadline})
+			w.send(Message{Type: "prompt", Prompt: p.id, Host: name, Deadline: p.deadline})
 		}
 	}
 	s.mu.Unlock()
@@ -111,7 +128,7 @@ func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
 	}
 	s.auditLocked(e)
 	for w := range s.watchers {
-		go w.send(Message{Type: "resolved", Prompt: p.id, Host: p.host, Answer: answer})
+		w.send(Message{Type: "resolved", Prompt: p.id, Host: p.host, Answer: answer})
 	}
 	s.mu.Unlock()
 	if answer == AnswerSession {
@@ -124,7 +141,13 @@ func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
 // watch serves one aisb watch: the open questions now and as they come, and
 // its answers. It returns when the watcher leaves or the session ends.
 func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
-	w := &watcher{c: c, peer: p}
+	// The reply goes out before the watcher is registered, so no message
+	// can overtake it.
+	if writeJSON(c, Reply{Allowlist: s.Allowlist()}) != nil {
+		return
+	}
+	w := newWatcher(c, p)
+	defer w.stop()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -135,22 +158,16 @@ func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
 	for _, q := range s.pending {
 		open = append(open, q)
 	}
+	slices.SortFunc(open, func(a, b *prompt) int { return a.id - b.id })
+	for _, q := range open {
+		w.send(Message{Type: "prompt", Prompt: q.id, Host: q.host, Deadline: q.deadline})
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.watchers, w)
 		s.mu.Unlock()
 	}()
-	w.mu.Lock()
-	err := writeJSON(c, Reply{Allowlist: s.Allowlist()})
-	w.mu.Unlock()
-	if err != nil {
-		return
-	}
-	slices.SortFunc(open, func(a, b *prompt) int { return a.id - b.id })
-	for _, q := range open {
-		w.send(Message{Type: "prompt", Prompt: q.id, Host: q.host, Deadline: q.deadline})
-	}
 	for {
 		line, err := readLine(r)
 		if err != nil {
