@@ -436,7 +436,7 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 		// Crafted requests to the gate.
 		`echo "A header=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" -H 'X-Aisb-Answer: session' -H 'X-Aisb-Prompt: 1' http://allowed.test/)"`,
 		`echo "A origin=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$gate/aisb/answer?prompt=1&answer=session")"`,
-		`echo "A connect=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -p -x "$HTTP_PROXY" https://control.sock/)"`,
+		`echo "A connect=$(curl -s -o /dev/null -w '%{http_connect}' --max-time 5 -p -x "$HTTP_PROXY" https://control.sock/)"`,
 		`echo "A rawconnect=$(bash -c 'exec 3<>/dev/tcp/'$ghost'/'$gport'; printf "CONNECT ` + control + ` HTTP/1.1\r\nHost: x\r\n\r\n%s\n" '"'"'` + answer + `'"'"' >&3; head -c 12 <&3')"`,
 		`echo "A newline=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://other.test%0aOK/')"`,
 		`echo "A ok=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://OK/')"`,
