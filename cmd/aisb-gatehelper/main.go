@@ -13,6 +13,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -28,14 +29,18 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: aisb-gatehelper SOCKET")
 		os.Exit(2)
 	}
-	sock := os.Args[1]
-	in := bufio.NewScanner(os.Stdin)
-	in.Buffer(make([]byte, 0, 4096), 64*1024)
+	serve(os.Args[1], os.Stdin, os.Stdout)
+}
+
+// serve answers squid's questions from in on out until in ends.
+func serve(sock string, in io.Reader, w io.Writer) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 4096), 64*1024)
 	var mu sync.Mutex
-	out := bufio.NewWriter(os.Stdout)
+	out := bufio.NewWriter(w)
 	var wg sync.WaitGroup
-	for in.Scan() {
-		f := strings.Fields(in.Text())
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
 		if len(f) == 0 {
 			continue
 		}
