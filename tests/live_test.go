@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ type liveSession struct {
 	a      *aisbUser
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *strings.Builder
+	stderr *lockedWriter
 	step   int
 	id     string
 	done   chan error
@@ -53,13 +54,13 @@ func startLive(t *testing.T, a *aisbUser, args ...string) *liveSession {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
 	argv := a.command(t, ctx, append(append([]string{"run"}, args...), "--harness", "shell", "--", "sh", "/project/agent.sh")...)
-	s := &liveSession{t: t, a: a, cmd: testhost.UserCommand(ctx, argv...), lines: make(chan string, 100), stderr: &strings.Builder{}, done: make(chan error, 1)}
+	s := &liveSession{t: t, a: a, cmd: testhost.UserCommand(ctx, argv...), lines: make(chan string, 100), stderr: &lockedWriter{}, done: make(chan error, 1)}
 	s.cmd.Dir = a.project
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.cmd.Stderr = &lockedWriter{b: s.stderr}
+	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +83,11 @@ func startLive(t *testing.T, a *aisbUser, args ...string) *liveSession {
 		if time.Now().After(deadline) {
 			t.Fatalf("the session never appeared in aisb ps; stderr: %s", s.stderr)
 		}
+		select {
+		case err := <-s.done:
+			t.Fatalf("aisb run ended before it was listed: %v; stderr: %s", err, s.stderr)
+		default:
+		}
 		for _, e := range s.a.ps(t) {
 			s.id = e.ID
 		}
@@ -91,10 +97,21 @@ func startLive(t *testing.T, a *aisbUser, args ...string) *liveSession {
 }
 
 type lockedWriter struct {
-	b *strings.Builder
+	mu sync.Mutex
+	b  strings.Builder
 }
 
-func (w *lockedWriter) Write(p []byte) (int, error) { return w.b.Write(p) }
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
 
 // do has the agent run command and returns its exit code, time and output.
 func (s *liveSession) do(command string) (code, ms int, out string) {
