@@ -26,12 +26,12 @@ type prompt struct {
 type watcher struct {
 	c    net.Conn
 	peer peer
-	out  chan Message
+	out  chan any // Reply first, then Messages
 	once sync.Once
 }
 
 func newWatcher(c net.Conn, p peer) *watcher {
-	w := &watcher{c: c, peer: p, out: make(chan Message, 64)}
+	w := &watcher{c: c, peer: p, out: make(chan any, 64)}
 	go func() {
 		for m := range w.out {
 			w.c.SetWriteDeadline(time.Now().Add(2 * time.Second))
@@ -44,7 +44,7 @@ func newWatcher(c net.Conn, p peer) *watcher {
 }
 
 // send queues m; it never blocks the caller (who may hold the server's lock).
-func (w *watcher) send(m Message) {
+func (w *watcher) send(m any) {
 	select {
 	case w.out <- m:
 	default:
@@ -141,11 +141,8 @@ func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
 // watch serves one aisb watch: the open questions now and as they come, and
 // its answers. It returns when the watcher leaves or the session ends.
 func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
-	// The reply goes out before the watcher is registered, so no message
-	// can overtake it.
-	if writeJSON(c, Reply{Allowlist: s.Allowlist()}) != nil {
-		return
-	}
+	// Registered before the reply goes out (through the same queue, so no
+	// message overtakes it): once aisb watch says it watches, it is asked.
 	w := newWatcher(c, p)
 	defer w.stop()
 	s.mu.Lock()
@@ -154,6 +151,7 @@ func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
 		return
 	}
 	s.watchers[w] = true
+	w.send(Reply{Allowlist: s.allowlistLocked()})
 	open := make([]*prompt, 0, len(s.pending))
 	for _, q := range s.pending {
 		open = append(open, q)
