@@ -474,8 +474,14 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 			t.Errorf("the gate admitted %q", refused)
 		}
 	}
-	if strings.Contains(out, ".sock") {
-		t.Errorf("a session socket is visible in the sandbox: %s", out)
+	// What find saw (the shell's own errors may name the paths it tried).
+	if _, after, ok := strings.Cut(out, "A sockets="); ok {
+		seen, _, _ := strings.Cut(after, " A env=")
+		if strings.Contains(seen, ".sock") {
+			t.Errorf("a session socket is visible in the sandbox: %s", seen)
+		}
+	} else {
+		t.Error("the agent did not look for sockets")
 	}
 	// The question ended by the timeout, not by an answer.
 	var resolved []string
