@@ -152,10 +152,6 @@ func Advice(e Event) string {
 	}
 }
 
-// Printable is s with every byte outside printable ASCII replaced by '?':
-// for whatever reaches a terminal from a file or from traffic.
-func Printable(s string) string { return printable(s) }
-
 // printable replaces every byte outside printable ASCII with '?'.
 func printable(s string) string {
 	b := []byte(s)
