@@ -2,22 +2,34 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
+	"time"
 )
 
-// FollowAudit appends the gate's decisions to auditDir/SESSION.jsonl as squid
-// writes them, within lim (the oldest audit files go first when all of them
-// would exceed lim.Total). stop drains what is left, closes the file and returns the
-// first error the follower met (a write that failed: the audit has a gap,
-// and the caller must say so).
-func FollowAudit(ctx context.Context, g *Gate, auditDir string, lim AuditLimits, logf func(string, ...any)) (stop func() error, err error) {
+// Audit is a session's (or long-lived gate's) audit file. Two writers share
+// it: the gate's follower and, for a session gate, the session's live
+// server (policy changes and questions). Each write is one whole line, one
+// writer at a time, and all of them count against the session's cap.
+type Audit struct {
+	session string
+	mu      sync.Mutex
+	f       *os.File
+	w       io.Writer
+}
+
+// OpenAudit opens auditDir/SESSION.jsonl for appending, within lim (the
+// oldest audit files go first when all of them would exceed lim.Total).
+func OpenAudit(auditDir, session string, lim AuditLimits) (*Audit, error) {
 	if err := os.MkdirAll(auditDir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit directory: %w", err)
 	}
-	path := filepath.Join(auditDir, g.Session+".jsonl")
+	path := filepath.Join(auditDir, session+".jsonl")
 	if lim.Total > 0 {
 		// Room for this session's cap under the total.
 		if err := PruneAudit(auditDir, max(lim.Total-lim.Session, 1), path); err != nil {
@@ -33,11 +45,53 @@ func FollowAudit(ctx context.Context, g *Gate, auditDir string, lim AuditLimits,
 		f.Close()
 		return nil, fmt.Errorf("audit file: %w", err)
 	}
-	out := CapAudit(f, fi.Size(), lim.Session, g.Session)
+	return &Audit{session: session, f: f, w: CapAudit(f, fi.Size(), lim.Session, session)}, nil
+}
+
+// Write appends p, which must be whole lines.
+func (a *Audit) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.w.Write(p)
+}
+
+// Record appends one event, stamped with the time and session when unset.
+func (a *Audit) Record(e Event) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	if e.Session == "" {
+		e.Session = a.session
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("write audit: %w", err)
+	}
+	if _, err := a.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write audit: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file; nothing is written after.
+func (a *Audit) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.f.Close(); err != nil {
+		return fmt.Errorf("audit file: %w", err)
+	}
+	return nil
+}
+
+// FollowAudit appends the gate's decisions to a as squid writes them. stop
+// drains what is left and returns the first error the follower met (a write
+// that failed: the audit has a gap, and the caller must say so); it does not
+// close a.
+func FollowAudit(ctx context.Context, g *Gate, a *Audit, logf func(string, ...any)) (stop func() error) {
 	fctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		err := Follow(fctx, filepath.Join(g.Dir, "access.log"), g.Session, out)
+		err := Follow(fctx, filepath.Join(g.Dir, "access.log"), g.Session, a)
 		if err != nil {
 			logf("audit of %s stopped: %v", g.Session, err)
 		}
@@ -45,10 +99,6 @@ func FollowAudit(ctx context.Context, g *Gate, auditDir string, lim AuditLimits,
 	}()
 	return func() error {
 		cancel()
-		err := <-done
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("audit file: %w", cerr)
-		}
-		return err
-	}, nil
+		return <-done
+	}
 }

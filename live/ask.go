@@ -87,7 +87,8 @@ func (s *Server) admit(name string) bool {
 			refuse = AnswerTooMany
 		}
 		if refuse != "" {
-			s.auditLocked(gate.Event{Event: gate.EventAsk, Action: refuse, Host: name})
+			// Refused either way: a failed record changes nothing.
+			s.recordLocked(gate.Event{Event: gate.EventAsk, Action: refuse, Host: name})
 			s.mu.Unlock()
 			return false
 		}
@@ -110,7 +111,7 @@ func (s *Server) admit(name string) bool {
 		s.resolve(p, AnswerTimeout, nil)
 	}
 	<-p.done
-	return p.answer == AnswerOnce || p.answer == AnswerSession
+	return admits(p.answer)
 }
 
 // resolve ends a prompt once; later answers to it change nothing.
@@ -121,22 +122,31 @@ func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
 		return false
 	}
 	delete(s.pending, p.host)
-	p.answer = answer
 	e := gate.Event{Event: gate.EventAsk, Action: answer, Host: p.host}
 	if by != nil {
 		e.By = &gate.Who{UID: by.uid, PID: by.pid, Via: "aisb watch"}
 	}
-	s.auditLocked(e)
+	if err := s.recordLocked(e); err != nil && admits(answer) {
+		// An admission the audit cannot show does not happen.
+		answer = AnswerUnrecorded
+	}
+	p.answer = answer
+	if answer == AnswerSession {
+		// Under the same lock: a request for the name arriving now is
+		// admitted, not asked about again.
+		if h, err := allowlist.ParseHost(p.host); err == nil {
+			s.changeLocked(OpAllow, h, *by, "aisb watch")
+		}
+	}
 	for w := range s.watchers {
 		w.send(Message{Type: "resolved", Prompt: p.id, Host: p.host, Answer: answer})
 	}
 	s.mu.Unlock()
-	if answer == AnswerSession {
-		s.change(OpAllow, p.host, *by, "aisb watch")
-	}
 	close(p.done)
 	return true
 }
+
+func admits(answer string) bool { return answer == AnswerOnce || answer == AnswerSession }
 
 // watch serves one aisb watch: the open questions now and as they come, and
 // its answers. It returns when the watcher leaves or the session ends.

@@ -18,15 +18,30 @@ import (
 	"github.com/aisb-dev/aisb/gate"
 )
 
+// lockedBuffer is an audit; with fail set, it cannot record.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu   sync.Mutex
+	b    bytes.Buffer
+	fail bool
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+var errDiskFull = errors.New("no space left on device")
+
+func (l *lockedBuffer) record(e gate.Event) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.Write(p)
+	if l.fail {
+		return errDiskFull
+	}
+	b, _ := json.Marshal(e)
+	l.b.Write(append(b, '\n'))
+	return nil
+}
+
+func (l *lockedBuffer) setFail(fail bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.fail = fail
 }
 
 func (l *lockedBuffer) events(t *testing.T) []gate.Event {
@@ -63,7 +78,7 @@ func start(t *testing.T, ask bool, timeout time.Duration, listed ...string) (*Se
 	}
 	audit := &lockedBuffer{}
 	helper, control := filepath.Join(dir, "helper.sock"), filepath.Join(dir, "control.sock")
-	s, err := Start(Options{Session: "s1", Start: hosts, Ask: ask, AskTimeout: timeout, HelperSocket: helper, ControlSocket: control, Audit: audit})
+	s, err := Start(Options{Session: "s1", Start: hosts, Ask: ask, AskTimeout: timeout, HelperSocket: helper, ControlSocket: control, Record: audit.record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,5 +214,43 @@ func TestAsk(t *testing.T) {
 	want := "ask:no_watcher,ask:once,ask:deny,ask:timeout,ask:session,policy_change:allow"
 	if strings.Join(got, ",") != want {
 		t.Errorf("audit %v, want %s", got, want)
+	}
+}
+
+// TestUnrecordedChangeRefused: a change or an admitting answer the audit
+// cannot record does not happen.
+func TestUnrecordedChangeRefused(t *testing.T) {
+	s, audit, helper, control := start(t, true, 5*time.Second)
+	audit.setFail(true)
+	if _, err := Change(control, OpAllow, "new.test"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), errDiskFull.Error()) {
+		t.Errorf("allow with a failing audit: %v", err)
+	}
+	if got := s.Allowlist(); len(got) != 0 {
+		t.Errorf("allowlist changed without a record: %v", got)
+	}
+	w, err := OpenWatch(control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	done := make(chan bool)
+	go func() { ok, _ := gateAsks(t, helper, "asked.test"); done <- ok }()
+	m, err := w.Next()
+	if err != nil || m.Type != "prompt" {
+		t.Fatalf("prompt: %+v %v", m, err)
+	}
+	w.Answer(m.Prompt, AnswerSession)
+	if m, err := w.Next(); err != nil || m.Answer != AnswerUnrecorded {
+		t.Errorf("resolved: %+v %v", m, err)
+	}
+	if <-done {
+		t.Error("an answer the audit could not record admitted the request")
+	}
+	if got := s.Allowlist(); len(got) != 0 {
+		t.Errorf("allowlist changed without a record: %v", got)
+	}
+	audit.setFail(false)
+	if _, err := Change(control, OpAllow, "new.test"); err != nil {
+		t.Errorf("allow once the audit works again: %v", err)
 	}
 }

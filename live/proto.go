@@ -25,12 +25,13 @@ const (
 
 // Answers to a prompt, and the outcomes of one that got none.
 const (
-	AnswerOnce      = "once"       // admit the requests waiting now, ask again next time
-	AnswerSession   = "session"    // allow the name for the rest of the session
-	AnswerDeny      = "deny"       // refuse the requests waiting now
-	AnswerTimeout   = "timeout"    // nobody answered in time: refused
-	AnswerNoWatcher = "no_watcher" // nobody was watching: refused at once
-	AnswerTooMany   = "too_many"   // too many questions pending: refused at once
+	AnswerOnce       = "once"       // admit the requests waiting now, ask again next time
+	AnswerSession    = "session"    // allow the name for the rest of the session
+	AnswerDeny       = "deny"       // refuse the requests waiting now
+	AnswerTimeout    = "timeout"    // nobody answered in time: refused
+	AnswerNoWatcher  = "no_watcher" // nobody was watching: refused at once
+	AnswerTooMany    = "too_many"   // too many questions pending: refused at once
+	AnswerUnrecorded = "unrecorded" // admitted by the watcher, but the audit could not record it: refused
 )
 
 // Request is one line a control client sends.

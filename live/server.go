@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 // DefaultAskTimeout is how long a request waits for a watcher's answer.
@@ -31,8 +31,10 @@ type Options struct {
 	AskTimeout    time.Duration // 0: DefaultAskTimeout
 	HelperSocket  string        // the gate's helper connects here (its directory is mounted into the gate)
 	ControlSocket string        // aisb allow, deny and watch connect here (never mounted anywhere)
-	Audit         io.Writer     // the session's audit file; one JSON line per write
-	OnChange      func(allowlist []string)
+	// Record writes one event to the session's audit. A policy change it
+	// cannot record does not happen; nor does an admitting answer.
+	Record   func(gate.Event) error
+	OnChange func(allowlist []string)
 }
 
 // Server is a running session's live allowlist.
@@ -186,12 +188,17 @@ func (s *Server) change(op, host string, p peer, via string) (bool, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.changeLocked(op, h, p, via)
+}
+
+func (s *Server) changeLocked(op string, h allowlist.Host, p peer, via string) (bool, error) {
 	if s.closed {
 		return false, errors.New("the session is ending")
 	}
 	covered := func(list []allowlist.Host) bool {
 		return slices.ContainsFunc(list, func(x allowlist.Host) bool { return x.Covers(h) })
 	}
+	before := slices.Clone(s.live)
 	switch op {
 	case OpAllow:
 		if covered(s.o.Start) || covered(s.live) {
@@ -212,37 +219,30 @@ func (s *Server) change(op, host string, p peer, via string) (bool, error) {
 	default:
 		return false, fmt.Errorf("unknown change %q", op)
 	}
-	s.auditLocked(gate.Event{Event: gate.EventPolicyChange, Action: op, Host: h.String(), By: &gate.Who{UID: p.uid, PID: p.pid, Via: via}})
+	if err := s.recordLocked(gate.Event{Event: gate.EventPolicyChange, Action: op, Host: h.String(), By: &gate.Who{UID: p.uid, PID: p.pid, Via: via}}); err != nil {
+		s.live = before
+		return false, fmt.Errorf("%s %s: %w; nothing changed", op, h, err)
+	}
 	if s.o.OnChange != nil {
 		s.o.OnChange(s.allowlistLocked())
 	}
 	return true, nil
 }
 
-// auditLocked writes one event to the session's audit file.
-func (s *Server) auditLocked(e gate.Event) {
-	if s.o.Audit == nil {
-		return
+// recordLocked writes one event to the session's audit.
+func (s *Server) recordLocked(e gate.Event) error {
+	if s.o.Record == nil {
+		return nil
 	}
 	e.Time = time.Now().UTC()
 	e.Session = s.o.Session
-	b, err := json.Marshal(e)
-	if err != nil {
-		return
-	}
-	s.o.Audit.Write(append(b, '\n'))
+	return s.o.Record(e)
 }
 
-// printable replaces every byte outside printable ASCII with '?'.
+// printable is what came over a socket, made safe for a terminal and short.
 func printable(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e {
-			b[i] = '?'
-		}
+	if len(s) > 200 {
+		s = s[:200] + "..."
 	}
-	if len(b) > 200 {
-		b = append(b[:200], "..."...)
-	}
-	return string(b)
+	return termsafe.Printable(s)
 }

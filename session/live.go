@@ -16,24 +16,27 @@ import (
 
 // steer is what makes a running session visible (aisb ps) and steerable
 // (aisb allow, deny, watch): its registry entry and, for a session gate,
-// its live server.
+// its live server and the audit file the server and the gate's follower
+// share.
 type steer struct {
 	dir       string // the registry
 	entry     registry.Entry
 	server    *live.Server
-	audit     *os.File
-	helperDir string // mounted into the gate; "" without a live server
+	audit     *gate.Audit // nil without a session gate
+	helperDir string      // mounted into the gate; "" without a live server
+	logf      func(string, ...any)
 }
 
-// startSteer records the session and, when it gets its own gate, starts the
-// live server before the gate, so the gate's helper finds its socket.
+// startSteer records the session and, when it gets its own gate, opens its
+// audit and starts the live server before the gate, so the gate's helper
+// finds its socket.
 func startSteer(o Options, id, dir, owner string) (*steer, error) {
 	netCfg := o.Config.Config.Network
 	gated := netCfg.Mode == contract.ModeAllow && o.GateName == ""
 	if netCfg.Ask && !gated {
 		return nil, errors.New("ask mode (--ask, network.ask) needs the session's own gate: network mode allow without --gate")
 	}
-	s := &steer{dir: o.Paths.RunningDir(), entry: registry.Entry{
+	s := &steer{dir: o.Paths.RunningDir(), logf: o.Logf, entry: registry.Entry{
 		ID: id, Project: o.ProjectDir, Mode: string(netCfg.Mode), Gate: o.GateName,
 		Ask: netCfg.Ask, Started: time.Now().UTC(), Owner: owner, Allowlist: hostStrings(o.Config.Allowlist),
 	}}
@@ -43,23 +46,24 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 	if !gated {
 		return s, nil
 	}
+	sessionMax, totalMax := o.Config.Config.Logs.Bytes()
+	aud, err := gate.OpenAudit(o.Paths.AuditDir(), id, gate.AuditLimits{Session: sessionMax, Total: totalMax})
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	s.audit = aud
 	helper, err := live.FindHelper(o.GateHelper)
 	if err == nil {
 		s.helperDir = filepath.Join(dir, "ask")
 		err = live.PrepareHelperDir(s.helperDir, helper)
 	}
 	if err == nil {
-		err = os.MkdirAll(o.Paths.AuditDir(), 0o700)
-	}
-	if err == nil {
-		s.audit, err = os.OpenFile(filepath.Join(o.Paths.AuditDir(), id+".jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	}
-	if err == nil {
 		s.entry.Control = registry.SocketPath(s.dir, id)
 		s.server, err = live.Start(live.Options{
 			Session: id, Start: o.Config.Allowlist, Ask: netCfg.Ask, AskTimeout: netCfg.AskWait(),
 			HelperSocket: filepath.Join(s.helperDir, gate.HelperSocket), ControlSocket: s.entry.Control,
-			Audit: s.audit,
+			Record: aud.Record,
 			OnChange: func(list []string) {
 				s.entry.Allowlist = list
 				if err := registry.Write(s.dir, s.entry); err != nil {
@@ -85,16 +89,18 @@ func (s *steer) publish(port int) error {
 	return registry.Write(s.dir, s.entry)
 }
 
-// stop removes the session from the registry and stops the live server.
-// The gate is gone by then (its stop runs first); the helper's copy is not
-// kept with the session's files.
+// stop removes the session from the registry, stops the live server and
+// closes the audit. The gate and its follower are gone by then (their stop
+// runs first); the helper's copy is not kept with the session's files.
 func (s *steer) stop() {
 	registry.Remove(s.dir, s.entry.ID)
 	if s.server != nil {
 		s.server.Close()
 	}
 	if s.audit != nil {
-		s.audit.Close()
+		if err := s.audit.Close(); err != nil {
+			s.logf("the audit of session %s is incomplete: %v", s.entry.ID, err)
+		}
 	}
 	if s.helperDir != "" {
 		os.RemoveAll(s.helperDir)

@@ -31,7 +31,7 @@ type network struct {
 // openNetwork writes the session policy for the mode: in allow mode after the
 // gate listens (the policy names its port; env gets the proxy variables), in
 // no-gate mode with the names pinned at start.
-func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper, helperDir string, env map[string]string) (*network, error) {
+func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper string, st *steer, env map[string]string) (*network, error) {
 	cfg := o.Config.Config
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(helper))
@@ -41,7 +41,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner, helperDir)
+		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner, st)
 		if err != nil {
 			return nil, err
 		}
@@ -108,11 +108,12 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 }
 
 // openGate starts the session's gate (or finds the long-lived one) and
-// follows its audit; stop removes it. helperDir, when set, is the session's
-// live helper directory (see startSteer). It is not started concurrently with
-// the sandbox's creation: measured here, Podman 5.4 then sometimes fails the
-// sandbox's attach ("doesn't map UID 0"), for some 30 ms of gain.
-func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helperDir string) (g *gate.Gate, stop func() error, err error) {
+// follows its audit into st's audit file; stop removes it. A session gate
+// asks st's live server through the helper directory (see startSteer). It
+// is not started concurrently with the sandbox's creation: measured here,
+// Podman 5.4 then sometimes fails the sandbox's attach ("doesn't map UID
+// 0"), for some 30 ms of gain.
+func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string, st *steer) (g *gate.Gate, stop func() error, err error) {
 	cfg := o.Config.Config
 	if o.GateName != "" {
 		g, err := gate.Find(c, o.GateName, o.Paths.GateDir(o.GateName))
@@ -125,15 +126,11 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, he
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: helperDir})
+	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: st.helperDir})
 	if err != nil {
 		return nil, nil, err
 	}
-	sessionMax, totalMax := cfg.Logs.Bytes()
-	stopFollow, err := gate.FollowAudit(ctx, g, o.Paths.AuditDir(), gate.AuditLimits{Session: sessionMax, Total: totalMax}, o.Logf)
-	if err != nil {
-		return nil, nil, errors.Join(err, g.Stop(c))
-	}
+	stopFollow := gate.FollowAudit(ctx, g, st.audit, o.Logf)
 	// The host's addresses and on-link prefixes can change during a long
 	// session: the gate follows them.
 	wctx, stopWatch := context.WithCancel(ctx)

@@ -121,7 +121,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	defer st.stop()
-	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st.helperDir, env)
+	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st, env)
 	if err != nil {
 		return 0, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -170,10 +171,11 @@ func followCommand(e *appEnv) *cli.Command {
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
 			lim := gate.AuditLimits{Session: c.Int64("session-max"), Total: c.Int64("total-max")}
-			stop, err := gate.FollowAudit(ctx, g, e.paths.AuditDir(), lim, e.logf)
+			aud, err := gate.OpenAudit(e.paths.AuditDir(), name, lim)
 			if err != nil {
 				return err
 			}
+			stop := gate.FollowAudit(ctx, g, aud, e.logf)
 			// A long-lived gate follows the host's addresses and on-link
 			// prefixes; Podman is reached only when they change.
 			go gate.WatchHost(ctx, g, gate.WatchEvery, func() error {
@@ -197,7 +199,7 @@ func followCommand(e *appEnv) *cli.Command {
 				}
 			}
 			cancel()
-			return stop()
+			return errors.Join(stop(), aud.Close())
 		},
 	}
 }
