@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/testhost"
+	"github.com/aisb-dev/aisb/netaddr"
 )
 
 // lockedBuffer is an audit; with fail set, it cannot record.
@@ -217,6 +221,43 @@ func TestAsk(t *testing.T) {
 	}
 }
 
+// TestAllowInternalRefused: an address or network the gate refuses whatever
+// is allowed is refused by aisb allow at once, with the reason; a name is
+// accepted (the gate checks its addresses at each request).
+func TestAllowInternalRefused(t *testing.T) {
+	s, audit, _, control := start(t, false, 0)
+	for _, h := range []string{"127.0.0.1", "10.1.2.3", "169.254.169.254", "100.64.0.1", "10.0.0.0/8", "172.16.0.0/16"} {
+		_, err := Change(control, OpAllow, h)
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), ErrInternal.Error()) {
+			t.Errorf("allow %s: %v", h, err)
+		}
+	}
+	// This host's own addresses count as internal too.
+	host, err := netaddr.HostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range host.Addrs {
+		if a.Is4() && !a.IsLoopback() {
+			if _, err := Change(control, OpAllow, a.String()); !errors.Is(err, ErrRefused) {
+				t.Errorf("allow this host's address %s: %v", a, err)
+			}
+		}
+	}
+	// Control: a public address (the test upstream's) and a name pass.
+	for _, h := range []string{"198.51.100.10", "private.test"} {
+		if _, err := Change(control, OpAllow, h); err != nil {
+			t.Errorf("allow %s: %v", h, err)
+		}
+	}
+	if got := strings.Join(s.Allowlist(), ","); got != "198.51.100.10,private.test" {
+		t.Errorf("allowlist: %s", got)
+	}
+	if n := len(audit.events(t)); n != 2 {
+		t.Errorf("%d audit events, want the two changes", n)
+	}
+}
+
 // TestUnrecordedChangeRefused: a change or an admitting answer the audit
 // cannot record does not happen.
 func TestUnrecordedChangeRefused(t *testing.T) {
@@ -252,5 +293,67 @@ func TestUnrecordedChangeRefused(t *testing.T) {
 	audit.setFail(false)
 	if _, err := Change(control, OpAllow, "new.test"); err != nil {
 		t.Errorf("allow once the audit works again: %v", err)
+	}
+}
+
+// TestControlRefusesOtherUsers: the control socket answers only processes
+// of the session's own uid, whatever the file modes let through.
+func TestControlRefusesOtherUsers(t *testing.T) {
+	if os.Getenv("LIVE_TEST_CLIENT") != "" {
+		// The child, as another uid: try to allow a name and to watch.
+		for _, req := range []string{`{"op":"allow","host":"evil.test"}`, `{"op":"watch"}`} {
+			c, err := net.Dial("unix", os.Getenv("LIVE_TEST_CLIENT"))
+			if err != nil {
+				fmt.Println("dial:", err)
+				os.Exit(1)
+			}
+			fmt.Fprintf(c, "%s\n", req)
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			fmt.Printf("reply=%q\n", line)
+			c.Close()
+		}
+		os.Exit(0)
+	}
+	testhost.RequireRoot(t)
+	s, audit, _, control := start(t, false, 0)
+	// Open the way on purpose: the uid check must hold on its own.
+	os.Chmod(filepath.Dir(control), 0o755)
+	os.Chmod(control, 0o666)
+	// The test binary, where another uid can run it.
+	binDir, err := os.MkdirTemp("", "live-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(binDir) })
+	bin := filepath.Join(binDir, "live.test")
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(binDir, 0o755)
+	cmd := exec.Command(bin, "-test.run", "^TestControlRefusesOtherUsers$")
+	cmd.Env = append(os.Environ(), "LIVE_TEST_CLIENT="+control)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("client as uid 65534: %v\n%s", err, out)
+	}
+	// Control: the client reached the socket and was answered with nothing.
+	if got := strings.Count(string(out), `reply=""`); got != 2 {
+		t.Errorf("another uid was answered:\n%s", out)
+	}
+	if got := s.Allowlist(); len(got) != 0 {
+		t.Errorf("another uid changed the allowlist: %v", got)
+	}
+	if n := len(audit.events(t)); n != 0 {
+		t.Errorf("audit events from another uid: %d", n)
+	}
+	// And the same request from this uid is answered.
+	if _, err := Change(control, OpAllow, "fine.test"); err != nil {
+		t.Errorf("own uid: %v", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/netaddr"
 	"github.com/aisb-dev/aisb/termsafe"
 )
 
@@ -180,6 +181,32 @@ var ErrStartListed = errors.New("listed since the session started")
 // ErrNotAllowed is a deny of a name that is not allowed.
 var ErrNotAllowed = errors.New("not allowed in this session")
 
+// ErrInternal is an allow of an address or network the gate refuses
+// whatever is allowed.
+var ErrInternal = errors.New("internal addresses stay refused whatever is allowed")
+
+// refusedAddr says why an address or network entry can never be admitted;
+// nil for a name (whose addresses the gate checks at each request) and for
+// an address it may reach.
+func refusedAddr(h allowlist.Host) error {
+	if !h.IsAddr() && !h.IsNet() {
+		return nil
+	}
+	host, err := netaddr.HostAddrs()
+	if err != nil {
+		return fmt.Errorf("%s: read this host's addresses: %w", h, err)
+	}
+	if h.IsAddr() && host.Internal(h.Addr) {
+		return fmt.Errorf("%s is an internal address (loopback, private, link-local, CGNAT or this host's own): %w", h, ErrInternal)
+	}
+	if h.IsNet() {
+		if why := host.Overlap(h.Net); why != "" {
+			return fmt.Errorf("%s %s: %w", h, why, ErrInternal)
+		}
+	}
+	return nil
+}
+
 // change applies aisb allow or deny (or a watcher's "session" answer).
 func (s *Server) change(op, host string, p peer, via string) (bool, error) {
 	h, err := allowlist.ParseHost(host)
@@ -201,6 +228,9 @@ func (s *Server) changeLocked(op string, h allowlist.Host, p peer, via string) (
 	before := slices.Clone(s.live)
 	switch op {
 	case OpAllow:
+		if err := refusedAddr(h); err != nil {
+			return false, err
+		}
 		if covered(s.o.Start) || covered(s.live) {
 			return false, nil
 		}
