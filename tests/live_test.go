@@ -31,7 +31,7 @@ while :; do
   t0=$(date +%s%3N)
   out=$(sh -c "$c" 2>&1); code=$?
   t1=$(date +%s%3N)
-  printf 'R%d %d %d %s\n' $i $code $((t1-t0)) "$(printf %s "$out" | tr '\n' ' ' | cut -c1-300)"
+  printf 'R%d %d %d %s\n' $i $code $((t1-t0)) "$(printf %s "$out" | tr '\n' ' ' | cut -c1-2000)"
   i=$((i+1))
 done
 `
@@ -239,12 +239,38 @@ func TestLiveAllowDeny(t *testing.T) {
 		t.Errorf("allow in a missing session: %s", r)
 	}
 
-	// Internal addresses stay refused whatever is allowed.
+	// An address is admitted live when listed exactly (the gate asks about
+	// unlisted IP literals too).
+	up := testhost.UpstreamAddr
+	if code, _, out := s.do(viaGate("http://" + up + "/")); code == 0 || !strings.Contains(out, "403") {
+		t.Fatalf("before aisb allow: %s: %d %s", up, code, out)
+	}
+	if r := a.run(t, "allow", up); r.Code != 0 {
+		t.Fatalf("aisb allow %s: %s", up, r)
+	}
+	if code, _, out := s.do(viaGate("http://" + up + "/")); code != 0 {
+		t.Errorf("after aisb allow: %s refused: %s", up, out)
+	}
+
+	// Internal addresses stay refused whatever is allowed: a name resolving
+	// to one (the control above proves the address reachable without the
+	// sandbox), and the address itself, which aisb allow refuses at once.
 	if r := a.run(t, "allow", "private.test"); r.Code != 0 {
 		t.Fatalf("aisb allow private.test: %s", r)
 	}
 	if code, _, out := s.do(viaGate("http://private.test/")); code == 0 {
 		t.Errorf("an allowed name resolving to an internal address was reached: %s", out)
+	}
+	private := testhost.Internal["private"]
+	if r := a.run(t, "allow", private); r.Code == 0 || !strings.Contains(r.Stderr, "internal addresses stay refused") {
+		t.Errorf("aisb allow %s: %s", private, r)
+	}
+	if code, _, out := s.do(viaGate("http://" + private + "/")); code == 0 {
+		t.Errorf("%s reached after aisb allow was refused: %s", private, out)
+	}
+	human := a.run(t, "audit", "--session", s.id)
+	if !strings.Contains(human.Stdout, "POLICY   allow other.test  by uid ") || !strings.Contains(human.Stdout, "(aisb deny)") {
+		t.Errorf("aisb audit does not show the changes and who made them:\n%s", human.Stdout)
 	}
 	if err := s.end(); err != nil {
 		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
@@ -262,15 +288,15 @@ func TestLiveAllowDeny(t *testing.T) {
 				t.Errorf("policy_change without who: %+v", e)
 			}
 			changes = append(changes, e.Action+" "+e.Host)
-		case e.Host == "other.test" || e.Host == "private.test":
+		case e.Host == "other.test" || e.Host == "private.test" || e.Host == up || e.Host == private:
 			requests = append(requests, e.Rule+" "+e.Host)
 		}
 	}
 	// Two sequences: the gate's lines reach the audit up to 100 ms later.
-	if got, want := strings.Join(changes, ","), "allow other.test,deny other.test,allow private.test"; got != want {
+	if got, want := strings.Join(changes, ","), "allow other.test,deny other.test,allow "+up+",allow private.test"; got != want {
 		t.Errorf("audit policy changes:\n got %s\nwant %s", got, want)
 	}
-	if got, want := strings.Join(requests, ","), "not_listed other.test,allowed other.test,allowed other.test,not_listed other.test,internal private.test"; got != want {
+	if got, want := strings.Join(requests, ","), "not_listed other.test,allowed other.test,allowed other.test,not_listed other.test,ip_literal "+up+",allowed "+up+",internal private.test,ip_literal "+private; got != want {
 		t.Errorf("audit requests:\n got %s\nwant %s", got, want)
 	}
 }
@@ -408,6 +434,24 @@ func TestLiveAsk(t *testing.T) {
 			t.Errorf("%s was asked about: %v", url, m)
 		}
 	}
+	// A listed name never waits on the helper: while a question is open
+	// (and the helper busy with it), a listed name passes at once.
+	code, _, out := s.do(`probe http-proxy "$HTTP_PROXY" http://waiting.test/ >/dev/null 2>&1 & bg=$!; sleep 0.5
+t0=$(date +%s%3N); probe http-proxy "$HTTP_PROXY" http://allowed.test/ >/dev/null; c=$?; t1=$(date +%s%3N)
+echo "listed=$c ms=$((t1-t0))"; wait $bg; echo "waiting=$?"`)
+	if m := w.next(time.Minute); m == nil || m["type"] != "prompt" || m["host"] != "waiting.test" {
+		t.Errorf("no question open during the listed request: %v", m)
+	} else if m := w.next(time.Minute); m == nil || m["answer"] != "timeout" {
+		t.Errorf("the open question did not time out: %v", m)
+	}
+	listedMS := -1
+	if _, after, ok := strings.Cut(out, "ms="); ok {
+		fmt.Sscanf(after, "%d", &listedMS)
+	}
+	if code != 0 || !strings.Contains(out, "listed=0 ") || !strings.Contains(out, "waiting=1") || listedMS < 0 || listedMS > 1000 {
+		t.Errorf("a listed name while a question was open (ask_timeout 2 s): %d %q", code, out)
+	}
+	t.Logf("a listed name while a question was open: %d ms", listedMS)
 	if err := s.end(); err != nil {
 		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
 	}
@@ -417,9 +461,15 @@ func TestLiveAsk(t *testing.T) {
 			asks = append(asks, e.Event+":"+e.Action+":"+e.Host)
 		}
 	}
-	want := "ask:no_watcher:other.test,ask:once:other.test,ask:timeout:other.test,ask:deny:other.test,ask:session:unlisted.test,policy_change:allow:unlisted.test"
+	want := "ask:no_watcher:other.test,ask:once:other.test,ask:timeout:other.test,ask:deny:other.test,ask:session:unlisted.test,policy_change:allow:unlisted.test,ask:timeout:waiting.test"
 	if got := strings.Join(asks, ","); got != want {
 		t.Errorf("audit:\n got %s\nwant %s", got, want)
+	}
+	// The agent's terminal is never written to by asking.
+	for _, name := range []string{"other.test", "unlisted.test", "waiting.test"} {
+		if strings.Contains(s.stderr.String(), name) {
+			t.Errorf("aisb run's stderr (the agent's terminal) mentions %s: %s", name, s.stderr)
+		}
 	}
 }
 
@@ -448,6 +498,10 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 		// The host paths where the session reads decisions.
 		`mkdir -p ` + regDir + ` && printf '%s\n' '` + answer + `' > ` + control + `; echo "A control=$?"`,
 		`printf '%s\n' '` + allow + `' > ` + helper + ` 2>/dev/null; echo "A helper=$?"`,
+		// Impersonating aisb watch (and a second client of the helper's
+		// socket) at the paths where the sockets are on the host.
+		`curl -s -o /dev/null --max-time 3 --unix-socket ` + control + ` -d '{"op":"watch"}' http://x/; echo "A watch=rc$?"`,
+		`curl -s -o /dev/null --max-time 3 --unix-socket ` + helper + ` -d 'other.test' http://x/; echo "A helpersock=rc$?"`,
 		`echo "A sockets=$(find / -xdev -type s 2>/dev/null | tr '\n' ' ')"`,
 		`echo "A env=$(env | grep -c -e AISB -e '\.sock' -e XDG_)"`,
 		// Crafted requests to the gate.
@@ -464,12 +518,12 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 	if !strings.Contains(out, "ASKED=1") || code != 0 {
 		t.Errorf("the waiting request was admitted, or the attack did not run: %d %s", code, out)
 	}
-	for _, want := range []string{"A project=0", "A env=0", "A header=200", "A connect=403", "A ok=403"} {
+	for _, want := range []string{"A project=0", "A env=0", "A header=200", "A connect=403", "A ok=403", "A watch=rc", "A helpersock=rc"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("want %q in the agent's output", want)
 		}
 	}
-	for _, refused := range []string{"A origin=200", "A rawconnect=HTTP/1.1 200", "A newline=200"} {
+	for _, refused := range []string{"A origin=200", "A rawconnect=HTTP/1.1 200", "A newline=200", "A watch=rc0 ", "A helpersock=rc0 "} {
 		if strings.Contains(out, refused) {
 			t.Errorf("the gate admitted %q", refused)
 		}
