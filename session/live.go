@@ -32,10 +32,7 @@ type steer struct {
 // finds its socket.
 func startSteer(o Options, id, dir, owner string) (*steer, error) {
 	netCfg := o.Config.Config.Network
-	gated := netCfg.Mode == contract.ModeAllow && o.GateName == ""
-	if netCfg.Ask && !gated {
-		return nil, errors.New("ask mode (--ask, network.ask) needs the session's own gate: network mode allow without --gate")
-	}
+	gated := ownGate(o)
 	s := &steer{dir: o.Paths.RunningDir(), logf: o.Logf, entry: registry.Entry{
 		ID: id, Project: o.ProjectDir, Mode: string(netCfg.Mode), Gate: o.GateName,
 		Ask: netCfg.Ask, Started: time.Now().UTC(), Owner: owner, Allowlist: hostStrings(o.Config.Allowlist),
@@ -77,6 +74,29 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 		return nil, fmt.Errorf("live session: %w", err)
 	}
 	return s, nil
+}
+
+// ErrAskNeedsGate is ask mode in a session without a gate of its own.
+var ErrAskNeedsGate = errors.New("ask mode (--ask, network.ask) needs the session's own gate")
+
+// ownGate reports whether the session gets a gate of its own, which its
+// live server steers.
+func ownGate(o Options) bool {
+	return o.Config.Config.Network.Mode == contract.ModeAllow && o.GateName == ""
+}
+
+// checkAsk refuses ask mode where nothing could hold a request: before
+// anything starts.
+func checkAsk(o Options) error {
+	n := o.Config.Config.Network
+	switch {
+	case !n.Ask || ownGate(o):
+		return nil
+	case o.GateName != "":
+		return fmt.Errorf("%w: the long-lived gate %s has a fixed list; drop --gate, or --ask", ErrAskNeedsGate, o.GateName)
+	default:
+		return fmt.Errorf("%w: network mode %s has none; use --net allow, or drop --ask (and network.ask)", ErrAskNeedsGate, n.Mode)
+	}
 }
 
 // publish records the running session with its gate's port: from now on

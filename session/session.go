@@ -57,6 +57,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if err := checkAsk(o); err != nil {
+		return 0, err
+	}
 	command := o.Command
 	if len(command) == 0 {
 		command = h.Command

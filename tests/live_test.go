@@ -221,6 +221,9 @@ func TestLiveAllowDeny(t *testing.T) {
 	if len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test,other.test" || ps[0].Mode != "allow" || ps[0].GatePort == 0 || ps[0].Project != a.project {
 		t.Errorf("aisb ps: %+v", ps)
 	}
+	if r := a.run(t, "ps"); r.Code != 0 || !strings.Contains(r.Stdout, s.id+"  allow ") || !strings.Contains(r.Stdout, "allowed.test,other.test") || !strings.Contains(r.Stdout, a.project) {
+		t.Errorf("aisb ps: %s", r)
+	}
 	saved, _ := os.ReadFile(filepath.Join(a.config, "aisb", "config.toml"))
 	if !strings.Contains(string(saved), `dns = ["`+testhost.UpstreamAddr+`"]`) || !strings.Contains(string(saved), `allowed_hosts = ["other.test"]`) {
 		t.Errorf("--save: the user's config is now:\n%s", saved)
@@ -383,6 +386,10 @@ func (w *watcher) next(wait time.Duration) map[string]any {
 func TestLiveAsk(t *testing.T) {
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig()+"ask = true\nask_timeout = 2\n")
+	// Nothing could hold a request without a gate of the session's own.
+	if r := a.run(t, "run", "--net", "no-gate", "--harness", "shell", "--", "true"); r.Code == 0 || !strings.Contains(r.Stderr, "needs the session's own gate") {
+		t.Errorf("ask mode without a gate: %s", r)
+	}
 	s := startLive(t, a, "--allow", "allowed.test")
 	if ps := a.ps(t); len(ps) != 1 || !ps[0].Ask {
 		t.Fatalf("aisb ps: %+v", ps)
