@@ -123,14 +123,21 @@ func readAnswers(in io.Reader, errw io.Writer, w *live.Watch, mu *sync.Mutex, op
 			fmt.Fprintln(errw, "aisb: answer with o, s or d, and the question's number")
 			continue
 		}
-		mu.Lock()
 		id := 0
 		if len(f) == 2 {
-			id, _ = strconv.Atoi(f[1])
-		} else if len(*open) > 0 {
-			id = (*open)[0]
+			n, err := strconv.Atoi(f[1])
+			if err != nil || n < 1 {
+				fmt.Fprintf(errw, "aisb: %s is not a question's number; write it as shown after ASK #\n", termsafe.Quote(f[1]))
+				continue
+			}
+			id = n
+		} else {
+			mu.Lock()
+			if len(*open) > 0 {
+				id = (*open)[0]
+			}
+			mu.Unlock()
 		}
-		mu.Unlock()
 		if id == 0 {
 			fmt.Fprintln(errw, "aisb: no open question")
 			continue
