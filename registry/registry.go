@@ -54,8 +54,11 @@ func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("%d sessions are running (%s); name one with --session ID", len(e.IDs), strings.Join(e.IDs, ", "))
 }
 
-// ensureDir creates the directory 0700 and refuses one that is a symlink,
-// owned by someone else or open to others.
+// Prepare creates the registry directory (0700), where sessions also put
+// their control sockets, and refuses one that is a symlink, owned by
+// someone else or open to others.
+func Prepare(dir string) error { return ensureDir(dir) }
+
 func ensureDir(dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return fmt.Errorf("registry: %w", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/aisb-dev/aisb/allowlist"
@@ -20,16 +21,18 @@ import (
 // share.
 type steer struct {
 	dir       string // the registry
-	entry     registry.Entry
+	mu        sync.Mutex
+	entry     registry.Entry // guarded by mu: the live server changes its allowlist
+	published bool           // the entry is in the registry (guarded by mu)
 	server    *live.Server
 	audit     *gate.Audit // nil without a session gate
 	helperDir string      // mounted into the gate; "" without a live server
 	logf      func(string, ...any)
 }
 
-// startSteer records the session and, when it gets its own gate, opens its
-// audit and starts the live server before the gate, so the gate's helper
-// finds its socket.
+// startSteer prepares the session's registry entry and, when it gets its
+// own gate, opens its audit and starts the live server before the gate, so
+// the gate's helper finds its socket. Nothing is listed before publish.
 func startSteer(o Options, id, dir, owner string) (*steer, error) {
 	netCfg := o.Config.Config.Network
 	gated := ownGate(o)
@@ -37,7 +40,8 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 		ID: id, Project: o.ProjectDir, Mode: string(netCfg.Mode), Gate: o.GateName,
 		Ask: netCfg.Ask, Started: time.Now().UTC(), Owner: owner, Allowlist: hostStrings(o.Config.Allowlist),
 	}}
-	if err := registry.Write(s.dir, s.entry); err != nil {
+	// Checked now, before anything starts: the control socket goes there.
+	if err := registry.Prepare(s.dir); err != nil {
 		return nil, err
 	}
 	if !gated {
@@ -62,7 +66,12 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 			HelperSocket: filepath.Join(s.helperDir, gate.HelperSocket), ControlSocket: s.entry.Control,
 			Record: aud.Record,
 			OnChange: func(list []string) {
+				s.mu.Lock()
+				defer s.mu.Unlock()
 				s.entry.Allowlist = list
+				if !s.published {
+					return // publish writes it
+				}
 				if err := registry.Write(s.dir, s.entry); err != nil {
 					o.Logf("%v", err)
 				}
@@ -99,20 +108,27 @@ func checkAsk(o Options) error {
 	}
 }
 
-// publish records the running session with its gate's port: from now on
-// aisb ps lists it and aisb allow, deny and watch find its control socket.
+// publish records the running session, with its gate's port and control
+// socket, in one write: from now on aisb ps lists it, and aisb allow, deny
+// and watch find a session ready to answer them (never one still starting).
 func (s *steer) publish(port int) error {
-	if s.server != nil {
-		s.entry.Allowlist = s.server.Allowlist()
-	}
+	s.mu.Lock() // the entry's allowlist is current: every change went through OnChange
+	defer s.mu.Unlock()
 	s.entry.GatePort = port
-	return registry.Write(s.dir, s.entry)
+	if err := registry.Write(s.dir, s.entry); err != nil {
+		return err
+	}
+	s.published = true
+	return nil
 }
 
 // stop removes the session from the registry, stops the live server and
 // closes the audit. The gate and its follower are gone by then (their stop
 // runs first); the helper's copy is not kept with the session's files.
 func (s *steer) stop() {
+	s.mu.Lock()
+	s.published = false // a last change must not list it again
+	s.mu.Unlock()
 	registry.Remove(s.dir, s.entry.ID)
 	if s.server != nil {
 		s.server.Close()

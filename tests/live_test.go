@@ -340,9 +340,11 @@ func startWatch(t *testing.T, a *aisbUser, id string) *watcher {
 	}
 	t.Cleanup(func() { w.in.Close(); w.cmd.Process.Kill(); w.cmd.Wait() })
 	attached := make(chan bool, 1)
+	stderr := &lockedWriter{}
 	go func() {
 		sc := bufio.NewScanner(errPipe)
 		for sc.Scan() {
+			fmt.Fprintln(stderr, sc.Text())
 			if strings.Contains(sc.Text(), "watching session") {
 				attached <- true
 			}
@@ -362,10 +364,10 @@ func startWatch(t *testing.T, a *aisbUser, id string) *watcher {
 	select {
 	case ok := <-attached:
 		if !ok {
-			t.Fatal("aisb watch did not attach")
+			t.Fatalf("aisb watch did not attach: %s", stderr)
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("aisb watch did not attach within a minute")
+		t.Fatalf("aisb watch did not attach within a minute: %s", stderr)
 	}
 	return w
 }
