@@ -86,6 +86,7 @@ type Options struct {
 	CPUs       float64
 	Rlimits    []Rlimit
 	Owner      string
+	Overlay    *Overlay                         // review mode: the project copy-on-write; nil: bind-mounted read-write
 	Logf       func(format string, args ...any) // aisb's messages (stderr)
 	Stdin      io.Reader
 	Stdout     io.Writer
@@ -142,8 +143,12 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 		projectOpts = append(projectOpts, "z")
 	}
 	s.Mounts = []spec.Mount{
-		{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts},
 		{Type: "bind", Source: o.PolicyFile, Destination: contract.PolicyPath, Options: []string{"ro"}},
+	}
+	if o.Overlay != nil {
+		s.OverlayVolumes = []*specgen.OverlayVolume{o.Overlay.volume(o.ProjectDir)}
+	} else {
+		s.Mounts = append([]spec.Mount{{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts}}, s.Mounts...)
 	}
 	s.WorkDir = "/project"
 	s.Env = map[string]string{}

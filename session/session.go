@@ -18,6 +18,7 @@ import (
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/projectscan"
 	"github.com/aisb-dev/aisb/reaper"
+	"github.com/aisb-dev/aisb/review"
 	"github.com/aisb-dev/aisb/sandbox"
 	"github.com/aisb-dev/aisb/state"
 )
@@ -38,6 +39,7 @@ type Options struct {
 	GateHelper     string   // path of the aisb-gatehelper binary; "": next to aisb
 	Watchdog       []string // argv that starts the watchdog; nil: none
 	Terminal       bool
+	Review         bool // the project copy-on-write; see package review
 	Trace          bool // print phase timings ($AISB_TRACE)
 	Logf           func(format string, args ...any)
 	Stdin          io.Reader
@@ -124,6 +126,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	defer st.stop()
+	var overlay *sandbox.Overlay
+	if o.Review {
+		rv, err := review.Begin(dir, review.Meta{Session: id, Project: o.ProjectDir, Owner: owner, Image: img})
+		if err != nil {
+			return 0, err
+		}
+		overlay = &sandbox.Overlay{Upper: rv.Upper(), Work: rv.Work()}
+		defer endReview(c, rv, img, owner, o.Logf)
+		trace("review: project recorded")
+	}
 	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st, env)
 	if err != nil {
 		return 0, err
@@ -139,7 +151,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
-		Owner: owner, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+		Owner: owner, Overlay: overlay, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	trace("sandbox done")
 	if err != nil && !c.Alive() {
@@ -153,6 +165,17 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return exit.Code, fmt.Errorf("this session lost its gate: %w; the command exited %d, but what it sent after that never left", err, exit.Code)
 	}
 	return exit.Code, nil
+}
+
+// endReview empties the overlay's work directory once the sandbox is gone
+// and says how to see the agent's changes.
+func endReview(c *engine.Conn, rv *review.Session, img, owner string, logf func(string, ...any)) {
+	if err := sandbox.Scrub(c, img, rv.Work(), rv.Meta.Session, owner); err != nil {
+		logf("review: %v (aisb review --apply or --discard retries)", err)
+	} else if err := os.Remove(rv.Work()); err != nil {
+		logf("review: %v", err)
+	}
+	logf("review mode: the project is unchanged; see the agent's changes with `aisb review %s`, then apply them with --apply or drop them with --discard", rv.Meta.Session)
 }
 
 // explainExit tells the user what the entrypoint said about the sandbox.

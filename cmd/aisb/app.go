@@ -90,6 +90,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			changeCommand(e, "allow"),
 			changeCommand(e, "deny"),
 			watchCommand(e),
+			reviewCommand(e),
 			completionCommand(),
 			watchdogCommand(e),
 			followCommand(e),

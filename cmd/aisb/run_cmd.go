@@ -63,6 +63,7 @@ EXAMPLE:
 			&cli.BoolFlag{Name: "rlimit-fallback", Usage: "where cgroups cannot enforce limits, use rlimits: --pids as nproc (per user), --memory as data (per process)"},
 			&cli.Uint64Flag{Name: "cpu-seconds", Usage: "with --rlimit-fallback: at most `N` seconds of CPU time per process"},
 			&cli.BoolFlag{Name: "allow-project-sockets", Usage: "run even if the project holds UNIX socket files, which the sandbox could connect to"},
+			&cli.BoolFlag{Name: "review", Usage: "mount the project copy-on-write: the agent's changes wait for aisb review --apply"},
 			&cli.BoolFlag{Name: "allow-unenforced", Usage: "the table is still installed; only if installing or verifying it fails, run without it, loudly (never the default)"},
 		},
 		Action: func(c *cli.Context) error { return runAction(c, e) },
@@ -98,7 +99,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), AllowProjectSockets: c.Bool("allow-project-sockets"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
-		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Trace: e.trace,
+		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace,
 		Logf: e.logf, Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {
