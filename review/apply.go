@@ -1,3 +1,6 @@
+// apply.go is long because the journal's three phases (stage, commit,
+// roll back) must be read side by side: each commit step and its undo.
+
 package review
 
 import (

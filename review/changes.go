@@ -1,3 +1,6 @@
+// changes.go is long because every case of reading an overlay upper layer
+// (whiteout, opaque directory, type change, copy-up) lives in one walk.
+
 package review
 
 import (

@@ -1,3 +1,6 @@
+// fsat.go is long because each host-side operation needs its own
+// no-follow *at form; they are small and alike.
+
 package review
 
 import (

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -277,5 +278,54 @@ func TestReviewMode(t *testing.T) {
 				t.Errorf("%s left after apply in %s", gone, s)
 			}
 		}
+	}
+}
+
+// A git worktree's project holds a .git file naming a git directory
+// outside the project, which the sandbox does not mount: git fails there,
+// the files are still reviewed and applied, and a rewritten .git file is
+// flagged first.
+func TestReviewGitWorktree(t *testing.T) {
+	a := newAisb(t, testhost.BaseImage, "")
+	mainRepo := filepath.Join(a.project, "main")
+	wt := filepath.Join(a.project, "wt")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		argv := append([]string{"git", "-C", dir, "-c", "user.email=t@t", "-c", "user.name=t"}, args...)
+		if r := testhost.Run(t, testhost.UserCommand(context.Background(), argv...)); r.Code != 0 {
+			t.Fatalf("%v: %s", argv, r)
+		}
+	}
+	writeUserFile(t, filepath.Join(mainRepo, "f.txt"), "one\n")
+	git(mainRepo, "init", "-q")
+	git(mainRepo, "add", "f.txt")
+	git(mainRepo, "commit", "-qm", "init")
+	git(mainRepo, "worktree", "add", "-q", wt)
+	a.project = wt
+	gitFile, err := os.ReadFile(filepath.Join(wt, ".git"))
+	if err != nil || !strings.HasPrefix(string(gitFile), "gitdir: ") {
+		t.Fatalf("the worktree has no .git file: %q %v", gitFile, err)
+	}
+
+	r := a.run(t, "run", "--review", "--net", "none", "--harness", "shell", "--", "sh", "-c",
+		`git status; echo two > f.txt; echo "gitdir: /tmp/elsewhere" > .git`)
+	if r.Code != 0 {
+		t.Fatalf("aisb run --review in a worktree: %s", r)
+	}
+	if !strings.Contains(r.Stdout+r.Stderr, "not a git repository") {
+		t.Errorf("git in the sandbox reached the worktree's repository: %s", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != string(gitFile) {
+		t.Fatalf("the real .git file changed: %q", b)
+	}
+	r = a.run(t, "review")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "! M .git  [.git file") || !strings.Contains(r.Stdout, "M f.txt") || !strings.Contains(r.Stdout, ".git was a file at start") {
+		t.Fatalf("aisb review in a worktree: %s", r)
+	}
+	if r := a.run(t, "review", "--apply"); r.Code != 0 {
+		t.Fatalf("aisb review --apply in a worktree: %s", r)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wt, "f.txt")); string(b) != "two\n" {
+		t.Errorf("f.txt after apply: %q", b)
 	}
 }
