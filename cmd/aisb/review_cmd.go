@@ -75,7 +75,7 @@ func reviewAction(c *cli.Context, e *appEnv) error {
 	case c.Bool("apply"):
 		res, err := s.Apply()
 		if err != nil {
-			return err
+			return fmt.Errorf("review --apply %s: %w", s.Meta.Session, err)
 		}
 		scrubWork(c, e, s)
 		return printApplied(out, s, res, c.Bool("json"))
