@@ -32,7 +32,7 @@ var kindMark = map[Kind]string{Added: "A", Modified: "M", Deleted: "D", ModeOnly
 func Render(w io.Writer, s *Session, cs []Change, diffs bool) {
 	fmt.Fprintf(w, "session %s  project %s  (%d changes)\n", s.Meta.Session, Quote(s.Meta.Project), len(cs))
 	if s.Meta.Git != "" && strings.HasPrefix(s.Meta.Git, "file:") {
-		fmt.Fprintf(w, "note: .git was a file at start (%s): git in the sandbox could not reach that repository\n", Printable(s.Meta.Git))
+		fmt.Fprintf(w, "note: .git was a file at start (%s): in review mode the sandbox had that repository read-only\n", Printable(s.Meta.Git))
 	}
 	if len(cs) == 0 {
 		fmt.Fprintln(w, "no changes")

@@ -7,11 +7,17 @@ import (
 )
 
 // gitDirMounts are the git directories a worktree or submodule project needs;
-// they are mounted besides the project, so the user is told which.
-func gitDirMounts(projectDir string, logf func(string, ...any)) ([]gitdirs.Mount, error) {
+// they are mounted besides the project, so the user is told which. In
+// review mode they are all read-only: a write there would bypass the review.
+func gitDirMounts(projectDir string, reviewMode bool, logf func(string, ...any)) ([]gitdirs.Mount, error) {
 	ms, err := gitdirs.Find(projectDir)
 	if err != nil || len(ms) == 0 {
 		return nil, err
+	}
+	if reviewMode {
+		for i := range ms {
+			ms[i].ReadOnly = true
+		}
 	}
 	var list []string
 	for _, m := range ms {

@@ -78,7 +78,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	gitDirs, err := gitDirMounts(o.ProjectDir, o.Logf)
+	gitDirs, err := gitDirMounts(o.ProjectDir, o.Review, o.Logf)
 	if err != nil {
 		return 0, err
 	}

@@ -282,19 +282,22 @@ func TestReviewMode(t *testing.T) {
 }
 
 // A git worktree's project holds a .git file naming a git directory
-// outside the project, which the sandbox does not mount: git fails there,
-// the files are still reviewed and applied, and a rewritten .git file is
-// flagged first.
+// outside the project. In review mode aisb mounts that directory read-only:
+// git reads the repository in the sandbox but cannot commit to it (that
+// would bypass the review); the files are reviewed and applied, and a
+// rewritten .git file is flagged first.
 func TestReviewGitWorktree(t *testing.T) {
 	a := newAisb(t, testhost.BaseImage, "")
 	mainRepo := filepath.Join(a.project, "main")
 	wt := filepath.Join(a.project, "wt")
-	git := func(dir string, args ...string) {
+	git := func(dir string, args ...string) string {
 		t.Helper()
 		argv := append([]string{"git", "-C", dir, "-c", "user.email=t@t", "-c", "user.name=t"}, args...)
-		if r := testhost.Run(t, testhost.UserCommand(context.Background(), argv...)); r.Code != 0 {
+		r := testhost.Run(t, testhost.UserCommand(context.Background(), argv...))
+		if r.Code != 0 {
 			t.Fatalf("%v: %s", argv, r)
 		}
+		return r.Stdout
 	}
 	writeUserFile(t, filepath.Join(mainRepo, "f.txt"), "one\n")
 	git(mainRepo, "init", "-q")
@@ -306,14 +309,21 @@ func TestReviewGitWorktree(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(gitFile), "gitdir: ") {
 		t.Fatalf("the worktree has no .git file: %q %v", gitFile, err)
 	}
+	head := git(wt, "rev-parse", "HEAD")
 
 	r := a.run(t, "run", "--review", "--net", "none", "--harness", "shell", "--", "sh", "-c",
-		`git status; echo two > f.txt; echo "gitdir: /tmp/elsewhere" > .git`)
+		`echo two > f.txt; git status --short; echo STATUS=$?; git -c user.email=a@a -c user.name=a commit -qam agent; echo COMMIT=$?; echo "gitdir: /tmp/elsewhere" > .git`)
 	if r.Code != 0 {
 		t.Fatalf("aisb run --review in a worktree: %s", r)
 	}
-	if !strings.Contains(r.Stdout+r.Stderr, "not a git repository") {
-		t.Errorf("git in the sandbox reached the worktree's repository: %s", r)
+	if !strings.Contains(r.Stdout, "M f.txt") || !strings.Contains(r.Stdout, "STATUS=0") {
+		t.Errorf("git status in the sandbox did not read the worktree's repository: %s", r)
+	}
+	if strings.Contains(r.Stdout, "COMMIT=0") {
+		t.Errorf("the agent committed to the real repository in review mode: %s", r)
+	}
+	if got := git(wt, "rev-parse", "HEAD"); got != head {
+		t.Errorf("the worktree's HEAD moved in review mode: %s -> %s", head, got)
 	}
 	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != string(gitFile) {
 		t.Fatalf("the real .git file changed: %q", b)
