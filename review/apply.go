@@ -4,6 +4,8 @@
 package review
 
 import (
+	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -24,6 +26,7 @@ var (
 	ErrRunning  = errors.New("the session is still running")
 	ErrConflict = errors.New("changed on the host since the session started")
 	ErrApplied  = errors.New("already applied")
+	ErrStopped  = errors.New("stopped by a signal")
 )
 
 // ConflictError names the paths apply would change that the host changed
@@ -61,7 +64,8 @@ type op struct {
 	N       int    `json:"n"`
 	Mode    uint32 `json:"mode,omitempty"`
 	OldMode uint32 `json:"old_mode,omitempty"`
-	SHA256  string `json:"sha256,omitempty"`
+	SHA256  string `json:"sha256,omitempty"` // "": too large to hash at listing; Size is checked
+	Size    int64  `json:"size,omitempty"`
 	Target  []byte `json:"target,omitempty"`
 	Type    string `json:"type,omitempty"`
 }
@@ -95,7 +99,10 @@ func (s *Session) ready() (unlock func(), err error) {
 // would change was changed on the host since the session started, stages
 // every file inside the project, then renames them into place under a
 // journal; an interrupted apply is resumed by calling Apply again.
-func (s *Session) Apply() (*Result, error) {
+//
+// Once ctx is done, staging stops and is removed (nothing of the project
+// has changed yet); a commit under way is finished, never cut short.
+func (s *Session) Apply(ctx context.Context) (*Result, error) {
 	unlock, err := s.ready()
 	if err != nil {
 		return nil, err
@@ -126,7 +133,14 @@ func (s *Session) Apply() (*Result, error) {
 		return nil, err
 	}
 
-	changes, err := Compute(s.Meta.Project, s.Upper())
+	up, err := openLayer(s.Upper())
+	if err != nil {
+		return nil, err
+	}
+	// Modes raised to read are put back if the session stays open; once
+	// applied, the layer is gone and there is nothing to put back.
+	defer up.Close()
+	changes, err := compute(proj, up)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +154,9 @@ func (s *Session) Apply() (*Result, error) {
 	}
 	j = journal{State: jStaging, Staging: ".aisb-apply-" + s.Meta.Session}
 	j.Ops, res.Skipped = plan(changes)
+	if err := roomFor(proj, j.Ops); err != nil {
+		return nil, err
+	}
 	for _, c := range changes {
 		if c.Path == j.Staging || strings.HasPrefix(c.Path, j.Staging+"/") {
 			return nil, fmt.Errorf("apply: the agent wrote %s, where apply stages its files; discard this session", Quote(c.Path))
@@ -148,7 +165,7 @@ func (s *Session) Apply() (*Result, error) {
 	if err := writeJSON(s.journalPath(), j); err != nil {
 		return nil, err
 	}
-	if err := s.stage(proj, &j); err != nil {
+	if err := stage(ctx, proj, up, &j); err != nil {
 		if rerr := s.rollback(proj, &j); rerr != nil {
 			return nil, fmt.Errorf("%w (and rolling back: %v)", err, rerr)
 		}
@@ -217,7 +234,7 @@ func plan(changes []Change) (ops []op, skipped []string) {
 			chmods = append(chmods, op{Op: "chmod", Path: p, Mode: c.mode, OldMode: 0o700})
 		default:
 			n++
-			puts = append(puts, op{Op: "put", Path: p, N: n, Mode: c.mode, SHA256: c.SHA256, Target: []byte(c.Target), Type: c.Type})
+			puts = append(puts, op{Op: "put", Path: p, N: n, Mode: c.mode, SHA256: c.SHA256, Size: c.Size, Target: []byte(c.Target), Type: c.Type})
 		}
 	}
 	slices.SortStableFunc(chmods, func(a, b op) int { return -strings.Compare(string(a.Path), string(b.Path)) })
@@ -229,21 +246,18 @@ func (j *journal) staged(o op) string { return j.Staging + "/s/" + strconv.Itoa(
 func (j *journal) backup(o op) string { return j.Staging + "/b/" + strconv.Itoa(o.N) }
 
 // stage copies every new file and symlink into the staging directory, synced.
-func (s *Session) stage(proj *root, j *journal) error {
+func stage(ctx context.Context, proj *root, up *layer, j *journal) error {
 	for _, d := range []string{j.Staging, j.Staging + "/s", j.Staging + "/b"} {
 		if err := proj.mkdir(d, 0o700); err != nil {
 			return fmt.Errorf("apply: stage: %w", err)
 		}
 	}
-	up, err := openRoot(s.Upper())
-	if err != nil {
-		return err
-	}
-	defer up.Close()
-	up.ownMode = true
 	for _, o := range j.Ops {
 		if o.Op != "put" {
 			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("apply: %w while staging; nothing of the project was changed", ErrStopped)
 		}
 		if o.Type == "symlink" {
 			if err := proj.symlink(string(o.Target), j.staged(o)); err != nil {
@@ -255,34 +269,77 @@ func (s *Session) stage(proj *root, j *journal) error {
 			return err
 		}
 	}
-	for _, d := range []string{j.Staging + "/s", j.Staging + "/b", j.Staging, ""} {
-		if err := proj.syncDir(d); err != nil {
-			return fmt.Errorf("apply: stage: %w", err)
-		}
+	// One sync of the file system, not one per file: the commit starts only
+	// once every staged byte and name is on disk.
+	if err := proj.syncFS(); err != nil {
+		return fmt.Errorf("apply: stage: sync: %w", err)
 	}
 	return nil
 }
 
-func stageFile(up, proj *root, from, to string, o op) error {
-	f, err := up.open(from)
-	if err != nil && errors.Is(err, unix.EACCES) {
-		if err = up.chmod(from, o.Mode|0o400); err == nil {
-			f, err = up.open(from)
+// ErrNoSpace is an apply whose files would not fit on the project's file
+// system (an agent's sparse file costs it nothing in its layer, but a full
+// copy here).
+var ErrNoSpace = errors.New("not enough space for the agent's files")
+
+// roomFor refuses, before anything is written, files that need more than
+// the project's file system has free, naming the largest.
+func roomFor(proj *root, ops []op) error {
+	var need uint64
+	var big []op
+	for _, o := range ops {
+		if o.Op == "put" && o.Type == "file" {
+			need += uint64(o.Size)
+			big = append(big, o)
 		}
+	}
+	free, err := proj.freeBytes()
+	if err != nil {
+		return fmt.Errorf("apply: free space: %w", err)
+	}
+	// Keep a margin: the project's file system is the user's.
+	if need+need/20+64<<20 <= free {
+		return nil
+	}
+	slices.SortFunc(big, func(a, b op) int { return cmp.Compare(b.Size, a.Size) })
+	var names []string
+	for _, o := range big[:min(3, len(big))] {
+		names = append(names, fmt.Sprintf("%s (%d bytes)", Quote(string(o.Path)), o.Size))
+	}
+	return fmt.Errorf("%w: they take %d bytes and the project's file system has %d free; largest: %s; discard the session, or free space",
+		ErrNoSpace, need, free, strings.Join(names, ", "))
+}
+
+func stageFile(up *layer, proj *root, from, to string, o op) error {
+	st, ok, err := up.lstat(from)
+	if err == nil && !ok {
+		err = unix.ENOENT
+	}
+	if err == nil {
+		err = up.raise(from, &st, 0o400)
+	}
+	var f *os.File
+	if err == nil {
+		f, err = up.open(from)
 	}
 	if err != nil {
 		return fmt.Errorf("apply: read the agent's %s: %w", Quote(from), err)
 	}
 	defer f.Close()
 	h := sha256.New()
-	if err := proj.writeFile(to, io.TeeReader(f, h), o.Mode); err != nil {
+	n := &countingWriter{}
+	if err := proj.writeFile(to, io.TeeReader(f, io.MultiWriter(h, n)), o.Mode); err != nil {
 		return fmt.Errorf("apply: stage %s: %w", Quote(from), err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != o.SHA256 {
+	if got := hex.EncodeToString(h.Sum(nil)); (o.SHA256 != "" && got != o.SHA256) || n.n != o.Size {
 		return fmt.Errorf("apply: the agent's %s changed while it was being applied (is the sandbox still running?)", Quote(from))
 	}
 	return nil
 }
+
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
 
 // interrupt, when positive, stops a commit before that op: tests use it to
 // prove an interrupted apply is resumed or rolled back.
@@ -451,14 +508,21 @@ func (s *Session) Discard() error {
 	}
 	defer unlock()
 	var j journal
-	if err := readJSON(s.journalPath(), &j); err == nil {
+	err = readJSON(s.journalPath(), &j)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("discard: the journal of an interrupted apply: %w", err)
+	}
+	if err == nil {
 		proj, err := openRoot(s.Meta.Project)
 		if err != nil {
 			return err
 		}
 		defer proj.Close()
 		if j.State == jDone {
-			return s.finish(proj, &j, StateApplied)
+			if err := s.finish(proj, &j, StateApplied); err != nil {
+				return err
+			}
+			return fmt.Errorf("discard %s: %w: an interrupted apply had finished every change, so they stay; only its cleanup was left, and is done", s.Meta.Session, ErrApplied)
 		}
 		if err := s.rollback(proj, &j); err != nil {
 			return err

@@ -43,7 +43,12 @@ type Change struct {
 	OldTarget string   `json:"old_target,omitempty"`
 	Flags     []string `json:"flags,omitempty"` // why it may run on the host later
 	Binary    bool     `json:"binary,omitempty"`
-	Diff      []string `json:"diff,omitempty"` // unified diff lines, raw
+	// NotCompared: the file was too large to read for this listing (see
+	// maxHashSize, maxReadTotal); it is listed as modified, without a hash.
+	NotCompared bool `json:"not_compared,omitempty"`
+	// NoDiff says why a changed file has no diff.
+	NoDiff string   `json:"no_diff,omitempty"`
+	Diff   []string `json:"diff,omitempty"` // unified diff lines, raw
 	// Within is set on a deleted path that goes with a deleted directory
 	// above it: apply removes the directory, listing shows each path.
 	Within bool `json:"within,omitempty"`
@@ -58,20 +63,46 @@ var ErrUnsupportedLayer = errors.New("upper layer uses an overlay feature review
 // maxDiffSize is the largest file shown as a diff.
 const maxDiffSize = 1 << 20
 
+// What one listing reads of file contents, so that an agent's huge (or
+// sparse: a terabyte costs it nothing) files cannot stall aisb review: no
+// file above maxHashSize is read, and no more than maxReadTotal in all.
+// Measured: sha256 here reads about 1 GB/s warm.
+var (
+	maxHashSize  int64 = 256 << 20
+	maxReadTotal int64 = 2 << 30
+)
+
+// maxLayerEntries bounds the paths of the agent's layer a listing walks.
+const maxLayerEntries = MaxEntries
+
 // Compute lists what the upper layer changes in project, in path order.
-func Compute(project, upper string) ([]Change, error) {
+func Compute(project, upper string) (cs []Change, err error) {
 	h, err := openRoot(project)
 	if err != nil {
 		return nil, err
 	}
 	defer h.Close()
-	u, err := openRoot(upper)
+	u, err := openLayer(upper)
 	if err != nil {
 		return nil, err
 	}
-	defer u.Close()
-	u.ownMode = true
-	c := &computer{host: h, upper: u}
+	defer func() {
+		if cerr := u.Close(); err == nil && cerr != nil {
+			cs, err = nil, cerr
+		}
+	}()
+	return compute(h, u)
+}
+
+func compute(h *root, u *layer) ([]Change, error) {
+	st, err := u.rootStat()
+	if err != nil {
+		return nil, err
+	}
+	if err := u.raise("", &st, 0o500); err != nil {
+		return nil, err
+	}
+	c := &computer{host: h, upper: u, budget: maxReadTotal, diffWork: maxDiffWork}
 	if err := c.walk("", false); err != nil {
 		return nil, err
 	}
@@ -83,8 +114,12 @@ func Compute(project, upper string) ([]Change, error) {
 }
 
 type computer struct {
-	host, upper *root
+	host        *root
+	upper       *layer
 	out         []Change
+	budget      int64 // bytes of content this listing may still read
+	diffWork    int64 // line comparisons its diffs may still make
+	entries     int   // paths of the upper layer seen
 }
 
 func join(dir, name string) string {
@@ -105,6 +140,9 @@ func (c *computer) walk(rel string, opaque bool) error {
 		return fmt.Errorf("read upper layer: %w", err)
 	}
 	slices.Sort(names)
+	if c.entries += len(names); c.entries > maxLayerEntries {
+		return fmt.Errorf("%w: the agent's layer holds more than %d paths; discard the session", ErrTooLarge, maxLayerEntries)
+	}
 	for _, name := range names {
 		p := join(rel, name)
 		if err := checkRel(p); err != nil {
@@ -164,6 +202,9 @@ func (c *computer) entry(p string, opaque bool) error {
 		}
 		return nil
 	case unix.S_IFDIR:
+		if err := c.upper.raise(p, &us, 0o500); err != nil {
+			return err
+		}
 		opq, err := c.upper.overlayXattrs(p)
 		if err != nil {
 			return err
@@ -194,7 +235,7 @@ func (c *computer) entry(p string, opaque bool) error {
 // leaf compares a file or symlink of the upper layer with the host's path.
 func (c *computer) leaf(p string, us, hs *unix.Stat_t, hok, hdir bool) error {
 	ch := Change{Path: p, Type: typeOf(us.Mode), Mode: octal(us.Mode), mode: us.Mode & 0o7777, Size: us.Size}
-	var newData []byte
+	var newData, oldData []byte
 	if ch.Type == "symlink" {
 		t, err := c.upper.readlink(p)
 		if err != nil {
@@ -202,38 +243,47 @@ func (c *computer) leaf(p string, us, hs *unix.Stat_t, hok, hdir bool) error {
 		}
 		ch.Target, ch.Mode, ch.mode = t, "", 0
 	} else {
-		sum, data, err := c.upper.hashFile(p)
+		if err := c.upper.raise(p, us, 0o400); err != nil {
+			return err
+		}
+		sum, data, err := c.upper.hashFile(p, us.Size, &c.budget)
 		if err != nil {
 			return err
 		}
 		ch.SHA256, newData = sum, data
 	}
-	var oldData []byte
+	oldIsFile := false
 	switch {
 	case !hok:
 		ch.Kind = Added
 	case hdir:
 		ch.Kind, ch.OldType = Modified, "dir"
-		if err := c.deleted(p, true); err != nil {
+		if err := c.deletedBelow(p); err != nil {
 			return err
 		}
 	default:
 		ch.OldType, ch.OldMode, ch.oldMode, ch.OldSize = typeOf(hs.Mode), octal(hs.Mode), hs.Mode&0o7777, hs.Size
+		oldIsFile = ch.OldType == "file"
 		if ch.OldType == "symlink" {
 			t, err := c.host.readlink(p)
 			if err != nil {
 				return err
 			}
 			ch.OldTarget, ch.OldMode, ch.oldMode = t, "", 0
-		} else if ch.OldType == "file" {
-			sum, data, err := c.host.hashFile(p)
+		} else if oldIsFile && ch.SHA256 != "" {
+			sum, data, err := c.host.hashFile(p, hs.Size, &c.budget)
 			if err != nil {
 				return err
 			}
 			ch.OldSHA256, oldData = sum, data
 		}
 		switch {
-		case ch.OldType != ch.Type || ch.Target != ch.OldTarget || ch.SHA256 != ch.OldSHA256:
+		case ch.OldType != ch.Type || ch.Target != ch.OldTarget:
+			ch.Kind = Modified
+		case ch.Type == "file" && (ch.SHA256 == "" || ch.OldSHA256 == ""):
+			// Not read (too large): listed as modified, content not compared.
+			ch.Kind = Modified
+		case ch.SHA256 != ch.OldSHA256:
 			ch.Kind = Modified
 		case ch.mode != ch.oldMode:
 			ch.Kind = ModeOnly
@@ -245,10 +295,18 @@ func (c *computer) leaf(p string, us, hs *unix.Stat_t, hok, hdir bool) error {
 		}
 	}
 	if ch.Type == "file" && ch.Kind != ModeOnly {
-		if isText(newData) && (oldData == nil || isText(oldData)) {
-			ch.Diff, _ = Unified(string(oldData), string(newData))
-		} else {
-			ch.Binary = true
+		switch {
+		case ch.SHA256 == "" || (oldIsFile && ch.OldSHA256 == ""):
+			ch.NotCompared, ch.NoDiff = true, fmt.Sprintf("not read: above %d MiB, or past the %d MiB one review reads", maxHashSize>>20, maxReadTotal>>20)
+		case bytes.IndexByte(newData, 0) >= 0 || bytes.IndexByte(oldData, 0) >= 0:
+			ch.Binary, ch.NoDiff = true, "binary"
+		case newData == nil || (oldIsFile && oldData == nil):
+			ch.NoDiff = fmt.Sprintf("larger than %d KiB", maxDiffSize>>10)
+		default:
+			var ok bool
+			if ch.Diff, ok = unified(string(oldData), string(newData), &c.diffWork); !ok {
+				ch.NoDiff = "too many differences to show"
+			}
 		}
 	}
 	c.out = append(c.out, ch)
@@ -276,6 +334,12 @@ func (c *computer) deleted(p string, within bool) error {
 	if ch.Type != "dir" {
 		return nil
 	}
+	return c.deletedBelow(p)
+}
+
+// deletedBelow records everything under the host's directory p as deleted
+// with it.
+func (c *computer) deletedBelow(p string) error {
 	names, err := c.host.readDirAt(p)
 	if err != nil {
 		return err
@@ -288,39 +352,40 @@ func (c *computer) deleted(p string, within bool) error {
 	return nil
 }
 
-// isText: small, no NUL byte.
-func isText(b []byte) bool {
-	return len(b) <= maxDiffSize && !bytes.ContainsRune(b, 0)
-}
-
-// hashFile returns rel's sha256 and, when it is small enough to diff, its bytes.
-func (r *root) hashFile(rel string) (string, []byte, error) {
-	f, err := r.open(rel)
-	if err != nil && r.ownMode && errors.Is(err, unix.EACCES) {
-		// The agent made its file unreadable; the upper layer is ours.
-		var st unix.Stat_t
-		if st, _, err = r.lstat(rel); err == nil {
-			if err = r.chmod(rel, st.Mode&0o7777|0o400); err == nil {
-				f, err = r.open(rel)
-				r.chmod(rel, st.Mode&0o7777)
-			}
-		}
+// hashFile returns rel's sha256 and, when it is small enough to diff, its
+// bytes; nothing ("", nil) when size is above maxHashSize or the budget
+// left, which it spends.
+func (r *root) hashFile(rel string, size int64, budget *int64) (string, []byte, error) {
+	if size > maxHashSize || size > *budget {
+		return "", nil, nil
 	}
+	f, err := r.open(rel)
 	if err != nil {
 		return "", nil, err
 	}
 	defer f.Close()
-	if r.ownMode {
-		if _, err := unix.Fgetxattr(int(f.Fd()), "user.overlay.metacopy", nil); err == nil {
+	// Only an overlay's upper layer carries these; a metadata-only copy's
+	// bytes live in the lower layer, so its content here is not the agent's.
+	for _, ns := range []string{"user.overlay.", "trusted.overlay."} {
+		if !r.layer {
+			break
+		}
+		if _, err := unix.Fgetxattr(int(f.Fd()), ns+"metacopy", nil); err == nil || errors.Is(err, unix.ERANGE) {
 			return "", nil, fmt.Errorf("%w: %s is a metadata-only copy", ErrUnsupportedLayer, Quote(rel))
 		}
 	}
 	var buf bytes.Buffer
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(h, &limitedBuffer{b: &buf, max: maxDiffSize + 1}), f)
+	// Never more than the budget, even if the file grew since the lstat.
+	n, err := io.Copy(io.MultiWriter(h, &limitedBuffer{b: &buf, max: maxDiffSize + 1}), io.LimitReader(f, *budget+1))
 	if err != nil {
 		return "", nil, fmt.Errorf("read %s: %w", Quote(rel), err)
 	}
+	if n > *budget || n > maxHashSize {
+		*budget = 0
+		return "", nil, nil
+	}
+	*budget -= n
 	var data []byte
 	if n <= maxDiffSize {
 		data = buf.Bytes()

@@ -11,19 +11,32 @@ type edit struct {
 	line string
 }
 
-// maxEdits bounds the diff's work (Myers' D); beyond it no diff is shown.
-const maxEdits = 4000
+// A diff's cost is bounded: Myers' D (its memory grows as D squared) at
+// most maxEdits, its line comparisons (about (N+M)*D) at most what is left
+// of a listing's maxDiffWork. Past either, no diff is shown: an agent's
+// files cannot make aisb review slow.
+const (
+	maxEdits    = 1000
+	maxDiffWork = 200_000_000
+)
 
-// diffLines is Myers' O(ND) line diff; ok is false past maxEdits.
-func diffLines(a, b []string) (script []edit, ok bool) {
+// diffLines is Myers' O(ND) line diff; ok is false past the bounds, and
+// work is what is left of the budget.
+func diffLines(a, b []string, work *int64) (script []edit, ok bool) {
 	n, m := len(a), len(b)
 	max := n + m
 	off := max + 1
+	limit := maxEdits
+	if w := *work / int64(n+m+1); w < int64(limit) {
+		limit = int(w)
+	}
 	v := make([]int, 2*max+3)
 	// trace[d] holds v[-d-1 .. d+1] as it was before step d.
 	var trace [][]int
-	for d := 0; d <= max; d++ {
-		if d > maxEdits {
+	d := 0
+	defer func() { *work -= int64(d+1) * int64(n+m+1) }()
+	for ; d <= max; d++ {
+		if d > limit {
 			return nil, false
 		}
 		trace = append(trace, append([]int(nil), v[off-d-1:off+d+2]...))
@@ -97,7 +110,12 @@ func splitLines(s string) []string {
 // string per line, raw: the caller makes them printable. ok is false when
 // the files differ too much for a diff.
 func Unified(old, new string) (lines []string, ok bool) {
-	script, ok := diffLines(splitLines(old), splitLines(new))
+	work := int64(maxDiffWork)
+	return unified(old, new, &work)
+}
+
+func unified(old, new string, work *int64) (lines []string, ok bool) {
+	script, ok := diffLines(splitLines(old), splitLines(new), work)
 	if !ok {
 		return nil, false
 	}

@@ -2,6 +2,7 @@ package review
 
 import (
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -10,11 +11,15 @@ import (
 // package manifests' scripts, executable bits and symlinks. Flagged
 // changes are listed first.
 func hostRunFlags(c Change) []string {
-	if c.Kind == Deleted {
-		return nil
-	}
 	var out []string
 	add := func(s string) { out = append(out, s) }
+	if path.Base(c.Path) == ".git" && !c.Within && ((c.Kind == Deleted && c.Type == "dir") || c.OldType == "dir") {
+		// Not run on the host, but nothing else loses as much.
+		add("deletes a git repository (its history, stashes, unpushed branches)")
+	}
+	if c.Kind == Deleted {
+		return out
+	}
 	p := c.Path
 	base := path.Base(p)
 	comps := strings.Split(p, "/")
@@ -26,13 +31,11 @@ func hostRunFlags(c Change) []string {
 		}
 		return false
 	}
-	switch {
-	case strings.Contains("/"+p, "/.git/hooks/") || strings.HasSuffix("/"+p, "/.git/hooks"):
-		add("git hook: runs on the host at the next git command")
-	case base == ".git" && c.Type != "dir":
+	if base == ".git" && c.Type != "dir" {
 		add(".git file: points git at another repository")
-	case inDir(".git") && (base == "config" || strings.HasPrefix(p, ".git/info/") || base == "attributes"):
-		add("git configuration: can run commands (core.fsmonitor, core.hooksPath, filters, aliases)")
+	}
+	if f := gitFlag(comps); f != "" {
+		add(f)
 	}
 	switch base {
 	case ".gitattributes", ".gitmodules":
@@ -64,7 +67,7 @@ func hostRunFlags(c Change) []string {
 		add("devcontainer: runs when the project is opened")
 	case inDir(".cargo") || inDir(".direnv"):
 		add("tool configuration run on the host")
-	case strings.HasPrefix(p, ".github/workflows/"):
+	case strings.HasPrefix(p, ".github/workflows/"), p == ".gitlab-ci.yml":
 		add("CI workflow: runs with the repository's secrets")
 	case strings.HasPrefix(p, ".husky/"):
 		add("husky git hook: runs on the host at the next git command")
@@ -104,4 +107,45 @@ func escapes(p, target string) bool {
 		}
 	}
 	return false
+}
+
+// gitData are the paths under a .git directory that git reads as data
+// only: objects, refs and logs, the index, the *_HEAD files and messages.
+// Anything else there (hooks, config, config.worktree, info/attributes,
+// commondir, modules/*/config ...) can make git run a command or read
+// another repository, and is flagged.
+var gitData = map[string]bool{
+	"objects": true, "refs": true, "logs": true, "index": true, "HEAD": true, "ORIG_HEAD": true,
+	"FETCH_HEAD": true, "MERGE_HEAD": true, "MERGE_MSG": true, "MERGE_MODE": true, "AUTO_MERGE": true,
+	"REBASE_HEAD": true, "CHERRY_PICK_HEAD": true, "REVERT_HEAD": true, "BISECT_LOG": true,
+	"COMMIT_EDITMSG": true, "packed-refs": true, "description": true, "shallow": true,
+	"gc.log": true, "rr-cache": true, "lost-found": true,
+}
+
+// gitFlag is why a path inside a .git directory (the project's, or a
+// nested repository's) matters on the host, or "".
+func gitFlag(comps []string) string {
+	i := slices.Index(comps, ".git")
+	if i < 0 || i == len(comps)-1 {
+		return ""
+	}
+	in := comps[i+1:]
+	// A submodule's or worktree's git directory has the same layout below
+	// modules/NAME or worktrees/NAME.
+	for len(in) > 2 && (in[0] == "modules" || in[0] == "worktrees") {
+		in = in[2:]
+	}
+	switch {
+	case slices.Contains(in, "hooks"):
+		return "git hook: runs on the host at the next git command"
+	case strings.HasPrefix(in[len(in)-1], "config"):
+		return "git configuration: can run commands (core.fsmonitor, core.hooksPath, filters, aliases)"
+	case in[0] == "info":
+		return "git attributes/excludes: select filters that run commands"
+	case in[0] == "commondir" || in[0] == "gitdir" || (in[0] == "objects" && slices.Contains(in, "alternates")):
+		return "git metadata that points at another repository"
+	case gitData[in[0]] || (len(in) == 1 && strings.HasSuffix(in[0], "_HEAD")):
+		return ""
+	}
+	return "git metadata: read by git on the host"
 }

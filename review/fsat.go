@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aisb-dev/aisb/safefile"
 )
 
 // root is a directory opened once; every operation below it resolves each
@@ -18,9 +20,9 @@ import (
 // agent's, or one that appears on the host mid-apply) is never followed and
 // no path leaves the directory.
 type root struct {
-	fd      int
-	path    string
-	ownMode bool // the upper layer: aisb may lift the agent's 0000 modes to read
+	fd    int
+	path  string
+	layer bool // an overlay upper layer: its overlay xattrs mean something
 }
 
 func openRoot(path string) (*root, error) {
@@ -50,7 +52,7 @@ func (r *root) dir(rel string) (int, error) {
 		nfd, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
-			return -1, &os.PathError{Op: "open", Path: rel, Err: err}
+			return -1, &os.PathError{Op: "open", Path: Quote(rel), Err: err}
 		}
 		fd = nfd
 	}
@@ -90,7 +92,7 @@ func (r *root) lstat(rel string) (st unix.Stat_t, ok bool, err error) {
 		if absent(err) {
 			return st, false, nil
 		}
-		return st, false, &os.PathError{Op: "lstat", Path: rel, Err: err}
+		return st, false, &os.PathError{Op: "lstat", Path: Quote(rel), Err: err}
 	}
 	return st, true, nil
 }
@@ -104,14 +106,16 @@ func (r *root) readDir(rel string) ([]string, error) {
 	defer unix.Close(pfd)
 	fd, err := unix.Openat(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+		return nil, &os.PathError{Op: "open", Path: Quote(rel), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
 	return f.Readdirnames(-1)
 }
 
-// open opens regular file rel for reading; a symlink is refused.
+// open opens regular file rel for reading, as safefile reads: a symlink is
+// refused, never followed; the open cannot block (a FIFO put there since
+// the lstat); and what was opened must be a regular file.
 func (r *root) open(rel string) (*os.File, error) {
 	pfd, base, err := r.parent(rel)
 	if err != nil {
@@ -120,7 +124,19 @@ func (r *root) open(rel string) (*os.File, error) {
 	defer unix.Close(pfd)
 	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+		if errors.Is(err, unix.ELOOP) {
+			err = safefile.ErrSymlink
+		}
+		return nil, &os.PathError{Op: "open", Path: Quote(rel), Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: Quote(rel), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: Quote(rel), Err: fmt.Errorf("%w (it is %s)", safefile.ErrNotRegular, typeOf(st.Mode))}
 	}
 	return os.NewFile(uintptr(fd), rel), nil
 }
@@ -135,7 +151,7 @@ func (r *root) readlink(rel string) (string, error) {
 	buf := make([]byte, 4096)
 	n, err := unix.Readlinkat(pfd, base, buf)
 	if err != nil {
-		return "", &os.PathError{Op: "readlink", Path: rel, Err: err}
+		return "", &os.PathError{Op: "readlink", Path: Quote(rel), Err: err}
 	}
 	return string(buf[:n]), nil
 }
@@ -147,7 +163,7 @@ func (r *root) mkdir(rel string, mode uint32) error {
 	}
 	defer unix.Close(pfd)
 	if err := unix.Mkdirat(pfd, base, mode); err != nil {
-		return &os.PathError{Op: "mkdir", Path: rel, Err: err}
+		return &os.PathError{Op: "mkdir", Path: Quote(rel), Err: err}
 	}
 	return nil
 }
@@ -165,7 +181,7 @@ func (r *root) rename(from, to string) error {
 	}
 	defer unix.Close(tfd)
 	if err := unix.Renameat2(ffd, fbase, tfd, tbase, unix.RENAME_NOREPLACE); err != nil {
-		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+		return &os.LinkError{Op: "rename", Old: Quote(from), New: Quote(to), Err: err}
 	}
 	return nil
 }
@@ -179,20 +195,20 @@ func (r *root) chmod(rel string, mode uint32) error {
 	defer unix.Close(pfd)
 	fd, err := unix.Openat(pfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return &os.PathError{Op: "chmod", Path: rel, Err: err}
+		return &os.PathError{Op: "chmod", Path: Quote(rel), Err: err}
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "chmod", Path: rel, Err: err}
+		return &os.PathError{Op: "chmod", Path: Quote(rel), Err: err}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return &os.PathError{Op: "chmod", Path: rel, Err: unix.ELOOP}
+		return &os.PathError{Op: "chmod", Path: Quote(rel), Err: unix.ELOOP}
 	}
 	// An O_PATH descriptor cannot fchmod; its /proc link names exactly
 	// the inode opened above.
 	if err := unix.Chmod(fmt.Sprintf("/proc/self/fd/%d", fd), mode); err != nil {
-		return &os.PathError{Op: "chmod", Path: rel, Err: err}
+		return &os.PathError{Op: "chmod", Path: Quote(rel), Err: err}
 	}
 	return nil
 }
@@ -204,7 +220,7 @@ func (r *root) rmdir(rel string) error {
 	}
 	defer unix.Close(pfd)
 	if err := unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR); err != nil {
-		return &os.PathError{Op: "rmdir", Path: rel, Err: err}
+		return &os.PathError{Op: "rmdir", Path: Quote(rel), Err: err}
 	}
 	return nil
 }
@@ -216,12 +232,13 @@ func (r *root) symlink(target, rel string) error {
 	}
 	defer unix.Close(pfd)
 	if err := unix.Symlinkat(target, pfd, base); err != nil {
-		return &os.PathError{Op: "symlink", Path: rel, Err: err}
+		return &os.PathError{Op: "symlink", Path: Quote(rel), Err: err}
 	}
 	return nil
 }
 
-// writeFile creates rel (which must not exist) with src's bytes, synced.
+// writeFile creates rel (which must not exist) with src's bytes; the
+// caller syncs the file system once all are written.
 func (r *root) writeFile(rel string, src io.Reader, mode uint32) error {
 	pfd, base, err := r.parent(rel)
 	if err != nil {
@@ -230,7 +247,7 @@ func (r *root) writeFile(rel string, src io.Reader, mode uint32) error {
 	defer unix.Close(pfd)
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: rel, Err: err}
+		return &os.PathError{Op: "create", Path: Quote(rel), Err: err}
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
@@ -243,10 +260,10 @@ func (r *root) writeFile(rel string, src io.Reader, mode uint32) error {
 	}
 	if mode&^0o777 != 0 {
 		if err := unix.Fchmod(fd, mode); err != nil {
-			return &os.PathError{Op: "chmod", Path: rel, Err: err}
+			return &os.PathError{Op: "chmod", Path: Quote(rel), Err: err}
 		}
 	}
-	return f.Sync()
+	return f.Close()
 }
 
 // removeAll removes rel and everything under it without following symlinks,
@@ -263,7 +280,7 @@ func (r *root) removeAll(rel string) error {
 		}
 		defer unix.Close(pfd)
 		if err := unix.Unlinkat(pfd, base, 0); err != nil && !absent(err) {
-			return &os.PathError{Op: "remove", Path: rel, Err: err}
+			return &os.PathError{Op: "remove", Path: Quote(rel), Err: err}
 		}
 		return nil
 	}
@@ -300,6 +317,15 @@ func (r *root) syncDir(rel string) error {
 	}
 	defer unix.Close(fd)
 	return unix.Fsync(fd)
+}
+
+// freeBytes is the space the root's file system has for this user.
+func (r *root) freeBytes() (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(r.fd, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
 }
 
 // syncFS flushes the filesystem holding the root.

@@ -3,8 +3,9 @@ package review
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
+
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 // ErrUnsafePath is a path that would leave the project or is not a plain
@@ -24,43 +25,21 @@ func checkRel(p string) error {
 	return nil
 }
 
-// Quote returns s as is when it is printable ASCII without quotes or
-// backslashes, else Go-quoted in ASCII: a name the agent chose can hold
-// escape sequences, newlines or anything but '/' and NUL.
+// Quote is a name the agent chose (a path, a symlink target) as it may be
+// printed: as it is when termsafe calls it plain and it holds no space,
+// else quoted by termsafe. A name can hold escape sequences, newlines,
+// bidirectional overrides or anything but '/' and NUL; and a name with
+// spaces could pose as the listing's own words ("a.txt  (mode 0644)").
 func Quote(s string) string {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
-			return strconv.QuoteToASCII(s)
-		}
-	}
-	if s == "" {
-		return `""`
-	}
-	return s
-}
-
-// Printable reduces one line of the agent's text to printable ASCII: tabs
-// stay, every other byte outside 0x20-0x7e becomes \xNN.
-func Printable(s string) string {
-	ok := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < 0x20 && c != '\t') || c > 0x7e {
-			ok = false
-			break
-		}
-	}
-	if ok {
+	if s != "" && termsafe.Plain(s) && !strings.ContainsRune(s, ' ') {
 		return s
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if (c < 0x20 && c != '\t') || c > 0x7e {
-			fmt.Fprintf(&b, `\x%02x`, c)
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
+	return termsafe.Quote(s)
+}
+
+// Printable is one line of the agent's text as it may be printed: every
+// byte outside printable ASCII and tab becomes \xNN (termsafe.Content).
+func Printable(s string) string {
+	shown, _ := termsafe.Content([]byte(s))
+	return strings.ReplaceAll(shown, "\n", `\x0a`)
 }

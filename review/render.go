@@ -92,10 +92,18 @@ func detail(c Change) string {
 	if c.Target != "" {
 		parts = append(parts, "-> "+Quote(c.Target))
 	}
-	if c.Binary {
-		parts = append(parts, fmt.Sprintf("binary, %d bytes, sha256 %s", c.Size, shortHash(c.SHA256)))
-		if c.OldSHA256 != "" {
-			parts = append(parts, fmt.Sprintf("was %d bytes, sha256 %s", c.OldSize, shortHash(c.OldSHA256)))
+	if c.NoDiff != "" {
+		what := fmt.Sprintf("%d bytes", c.Size)
+		if c.SHA256 != "" {
+			what += ", sha256 " + shortHash(c.SHA256)
+		}
+		parts = append(parts, "no diff: "+c.NoDiff, what)
+		if c.Kind == Modified && c.OldType == "" {
+			was := fmt.Sprintf("was %d bytes", c.OldSize)
+			if c.OldSHA256 != "" {
+				was += ", sha256 " + shortHash(c.OldSHA256)
+			}
+			parts = append(parts, was)
 		}
 	}
 	if c.Kind == Deleted && c.Within {

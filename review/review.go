@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aisb-dev/aisb/safefile"
 )
 
 // States of a review session.
@@ -99,7 +101,10 @@ func describeGit(project string) string {
 	case fi.IsDir():
 		return "dir"
 	case fi.Mode().IsRegular():
-		b, _ := os.ReadFile(filepath.Join(project, ".git"))
+		b, err := safefile.Read(filepath.Join(project, ".git"), 4096)
+		if err != nil {
+			return "file (unreadable)"
+		}
 		return "file: " + Printable(strings.TrimSpace(string(b)))
 	}
 	return "other"
@@ -108,7 +113,7 @@ func describeGit(project string) string {
 // Open reads the review session in sessionDir.
 func Open(sessionDir string) (*Session, error) {
 	s := &Session{Dir: filepath.Join(sessionDir, "review")}
-	b, err := os.ReadFile(filepath.Join(s.Dir, "meta.json"))
+	b, err := safefile.Read(filepath.Join(s.Dir, "meta.json"), 1<<20)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w in %s (was it started with aisb run --review?)", ErrNoSession, sessionDir)
 	}
@@ -121,39 +126,41 @@ func Open(sessionDir string) (*Session, error) {
 	return s, nil
 }
 
-// Latest is the newest open review session under sessionsDir, optionally
-// for one project only.
-func Latest(sessionsDir, project string) (*Session, error) {
+// OpenSessions lists the review sessions under sessionsDir not yet applied
+// or discarded, newest first (session ids sort by start time).
+func OpenSessions(sessionsDir string) ([]*Session, error) {
 	ents, err := os.ReadDir(sessionsDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("review: %w", err)
 	}
-	names := []string{}
+	var names []string
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
-	// Session ids sort by start time.
 	slices.Sort(names)
+	var out []*Session
 	for _, n := range slices.Backward(names) {
 		s, err := Open(filepath.Join(sessionsDir, n))
 		if err != nil || s.Meta.State != StateOpen {
 			continue
 		}
-		if project != "" && s.Meta.Project != project {
-			continue
-		}
-		return s, nil
+		out = append(out, s)
 	}
-	if project != "" {
-		return nil, fmt.Errorf("%w open for %s; start one with aisb run --review", ErrNoSession, Quote(project))
-	}
-	return nil, fmt.Errorf("%w open; start one with aisb run --review", ErrNoSession)
+	return out, nil
 }
+
+// ErrInterrupted is a session whose apply stopped half-way: the project
+// holds some of the agent's changes, so a listing against it would mislead.
+var ErrInterrupted = errors.New("an apply of this session was interrupted half-way")
 
 // Changes lists what the agent changed, against the project as it is now.
 func (s *Session) Changes() ([]Change, error) {
 	if s.Meta.State != StateOpen {
 		return nil, fmt.Errorf("%w: %s was %s", ErrClosed, s.Meta.Session, s.Meta.State)
+	}
+	var j journal
+	if err := readJSON(s.journalPath(), &j); err == nil && j.State != jStaging {
+		return nil, fmt.Errorf("%w (%s): finish it with aisb review --apply %s, or undo it with aisb review --rollback %s", ErrInterrupted, s.Meta.Session, s.Meta.Session, s.Meta.Session)
 	}
 	return Compute(s.Meta.Project, s.Upper())
 }
@@ -203,8 +210,12 @@ func writeJSON(path string, v any) error {
 	return nil
 }
 
+// maxRecord bounds the files review reads back (the baseline of MaxEntries
+// paths is the largest).
+const maxRecord = 256 << 20
+
 func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := safefile.Read(path, maxRecord)
 	if err != nil {
 		return err
 	}

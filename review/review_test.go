@@ -1,6 +1,7 @@
 package review
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -63,6 +64,18 @@ func tree(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// writable gives the owner every right on dir and everything below it, so
+// that a test run as an ordinary user can remove what the agent locked.
+func writable(dir string) {
+	os.Chmod(dir, 0o700)
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+}
+
 func write(t *testing.T, path, content string, mode os.FileMode) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -105,6 +118,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	proj := t.TempDir()
+	t.Cleanup(func() { writable(proj) })
 	write(t, filepath.Join(proj, "a.txt"), "a\n", 0o644)
 	write(t, filepath.Join(proj, "sub/b.txt"), "one\ntwo\nthree\n", 0o644)
 	write(t, filepath.Join(proj, "run.sh"), "echo hi\n", 0o644)
@@ -118,6 +132,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	up := s.Upper()
+	t.Cleanup(func() { writable(filepath.Dir(s.Dir)) })
 	whiteout(t, filepath.Join(up, "a.txt"))
 	write(t, filepath.Join(up, "sub/b.txt"), "one\n2\nthree\n", 0o644)
 	write(t, filepath.Join(up, "run.sh"), "echo hi\n", 0o755)
@@ -239,7 +254,7 @@ func TestRenderIsPrintable(t *testing.T) {
 
 func TestApplyReproducesTheAgentsTree(t *testing.T) {
 	f := newFixture(t)
-	res, err := f.s.Apply()
+	res, err := f.s.Apply(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +275,7 @@ func TestApplyReproducesTheAgentsTree(t *testing.T) {
 	if _, err := os.Lstat(f.s.Upper()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("upper layer left after apply: %v", err)
 	}
-	if _, err := f.s.Apply(); !errors.Is(err, ErrClosed) {
+	if _, err := f.s.Apply(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("second apply: %v, want ErrClosed", err)
 	}
 	s2, err := Open(filepath.Dir(f.s.Dir))
@@ -274,7 +289,7 @@ func TestApplyRefusesHostEdits(t *testing.T) {
 	write(t, filepath.Join(f.project, "sub/b.txt"), "the user's own edit\n", 0o644)
 	write(t, filepath.Join(f.project, "gone/deep/new-on-host"), "mine\n", 0o644)
 	before := tree(t, f.project)
-	_, err := f.s.Apply()
+	_, err := f.s.Apply(context.Background())
 	var ce *ConflictError
 	if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) {
 		t.Fatalf("apply: %v, want a conflict", err)
@@ -309,7 +324,7 @@ func TestInterruptedApply(t *testing.T) {
 			f := newFixture(t)
 			before := tree(t, f.project)
 			interrupt = 5
-			_, err := f.s.Apply()
+			_, err := f.s.Apply(context.Background())
 			interrupt = 0
 			if !errors.Is(err, errInterrupted) {
 				t.Fatalf("apply: %v", err)
@@ -317,8 +332,11 @@ func TestInterruptedApply(t *testing.T) {
 			if mapsEqual(before, tree(t, f.project)) {
 				t.Fatal("the interrupted apply changed nothing: the test proves nothing")
 			}
+			if _, err := f.s.Changes(); !errors.Is(err, ErrInterrupted) {
+				t.Errorf("listing a half-applied session: %v, want ErrInterrupted", err)
+			}
 			if resume {
-				res, err := f.s.Apply()
+				res, err := f.s.Apply(context.Background())
 				if err != nil || !res.Resumed {
 					t.Fatalf("resume: %v %+v", err, res)
 				}
@@ -334,7 +352,7 @@ func TestInterruptedApply(t *testing.T) {
 				t.Errorf("rolled back:\n got %v\nwant %v", got, before)
 			}
 			// Still reviewable, and applies cleanly afterwards.
-			if _, err := f.s.Apply(); err != nil {
+			if _, err := f.s.Apply(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if got := tree(t, f.project); !mapsEqual(got, f.want) {
@@ -387,7 +405,7 @@ func TestHostSymlinkSwapIsAConflict(t *testing.T) {
 	write(t, filepath.Join(s.Upper(), "d/f"), "agent\n", 0o644)
 	os.RemoveAll(filepath.Join(proj, "d"))
 	os.Symlink(outside, filepath.Join(proj, "d"))
-	if _, err := s.Apply(); !errors.Is(err, ErrConflict) {
+	if _, err := s.Apply(context.Background()); !errors.Is(err, ErrConflict) {
 		t.Fatalf("apply: %v, want a conflict", err)
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {

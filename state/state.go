@@ -53,8 +53,11 @@ func (p Paths) UserConfig() string { return filepath.Join(p.Config, "config.toml
 // TrustStore is the file `aisb trust` writes.
 func (p Paths) TrustStore() string { return filepath.Join(p.Config, "trusted") }
 
+// SessionsDir holds a directory per session.
+func (p Paths) SessionsDir() string { return filepath.Join(p.State, "sessions") }
+
 // SessionDir holds one session's gate files and policy.
-func (p Paths) SessionDir(id string) string { return filepath.Join(p.State, "sessions", id) }
+func (p Paths) SessionDir(id string) string { return filepath.Join(p.SessionsDir(), id) }
 
 // GateDir holds a long-lived gate's files.
 func (p Paths) GateDir(name string) string { return filepath.Join(p.State, "gates", name) }

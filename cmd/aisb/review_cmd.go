@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"os/signal"
 	"regexp"
+	"strings"
+	"syscall"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/review"
 	"github.com/aisb-dev/aisb/sandbox"
@@ -25,8 +30,10 @@ func reviewCommand(e *appEnv) *cli.Command {
 		Description: `Lists what the agent added, modified, deleted and chmodded, with a diff
 for text files. Changes that run on the host later (git hooks and config,
 .envrc, editor and build files, package manifests, new executable bits,
-symlinks) are listed first. SESSION defaults to the newest session not yet
-applied or discarded.
+symlinks) are listed first. SESSION defaults to the newest session of this
+project (the current directory, or -C DIR) not yet applied or discarded;
+--apply, --discard and --rollback want SESSION named when the project has
+more than one.
 
 --apply refuses, naming the files, when the host changed a file it would
 change since the session started; it stages everything, then renames into
@@ -38,7 +45,8 @@ EXAMPLE:
    aisb review
    aisb review --apply`,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "the changes as JSON, for tools"},
+			projectFlag(),
+			&cli.BoolFlag{Name: "json", Usage: "the changes as JSON (ASCII only), for tools"},
 			&cli.BoolFlag{Name: "stat", Usage: "list the changes without diffs"},
 			&cli.BoolFlag{Name: "apply", Usage: "apply the changes to the project"},
 			&cli.BoolFlag{Name: "discard", Usage: "drop the changes"},
@@ -52,7 +60,7 @@ var sessionIDPattern = regexp.MustCompile(`^[0-9A-Za-z][0-9A-Za-z._-]*$`)
 
 func reviewAction(c *cli.Context, e *appEnv) error {
 	if e.pathsErr != nil {
-		return e.pathsErr
+		return exitWith(config.ExitConfig, e.pathsErr)
 	}
 	acts := 0
 	for _, f := range []string{"apply", "discard", "rollback"} {
@@ -66,14 +74,18 @@ func reviewAction(c *cli.Context, e *appEnv) error {
 	if c.NArg() > 1 {
 		return exitWith(2, errors.New("review: one SESSION at most"))
 	}
-	s, err := openReview(e.paths, c.Args().First())
+	s, err := openReview(c, e.paths, c.Args().First(), acts > 0)
 	if err != nil {
 		return err
 	}
 	out := c.App.Writer
 	switch {
 	case c.Bool("apply"):
-		res, err := s.Apply()
+		// A signal stops staging (nothing changed yet); a commit under way
+		// is finished rather than cut short.
+		ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer stop()
+		res, err := s.Apply(ctx)
 		if err != nil {
 			return fmt.Errorf("review --apply %s: %w", s.Meta.Session, err)
 		}
@@ -107,15 +119,45 @@ func reviewAction(c *cli.Context, e *appEnv) error {
 	return nil
 }
 
-// openReview opens session id, or the newest open one.
-func openReview(paths state.Paths, id string) (*review.Session, error) {
-	if id == "" {
-		return review.Latest(filepath.Dir(paths.SessionDir("x")), "")
+// openReview opens session id, or the newest open one of the project
+// directory; acting on it (apply, discard, rollback) wants the session
+// named when the project has several.
+func openReview(c *cli.Context, paths state.Paths, id string, acting bool) (*review.Session, error) {
+	if id != "" {
+		if !sessionIDPattern.MatchString(id) {
+			return nil, exitWith(2, fmt.Errorf("review: session %s: want an id as aisb run printed it, e.g. 20261130-181500-a1b2c3", review.Quote(id)))
+		}
+		return review.Open(paths.SessionDir(id))
 	}
-	if !sessionIDPattern.MatchString(id) {
-		return nil, exitWith(2, fmt.Errorf("review: session %s: want an id as aisb run printed it, e.g. 20261130-181500-a1b2c3", review.Quote(id)))
+	dir, err := projectDir(c)
+	if err != nil {
+		return nil, err
 	}
-	return review.Open(paths.SessionDir(id))
+	open, err := review.OpenSessions(paths.SessionsDir())
+	if err != nil {
+		return nil, err
+	}
+	var mine, others []string
+	var newest *review.Session
+	for _, s := range open {
+		if s.Meta.Project != dir {
+			others = append(others, s.Meta.Session+" ("+review.Quote(s.Meta.Project)+")")
+			continue
+		}
+		if newest == nil {
+			newest = s
+		}
+		mine = append(mine, s.Meta.Session)
+	}
+	switch {
+	case newest == nil && len(others) > 0:
+		return nil, fmt.Errorf("%w for %s; open elsewhere: %s (name one, or use -C DIR)", review.ErrNoSession, review.Quote(dir), strings.Join(others, ", "))
+	case newest == nil:
+		return nil, fmt.Errorf("%w for %s; start one with aisb run --review", review.ErrNoSession, review.Quote(dir))
+	case acting && len(mine) > 1:
+		return nil, exitWith(2, fmt.Errorf("review: %s has %d open review sessions (%s): name the one to act on", review.Quote(dir), len(mine), strings.Join(mine, ", ")))
+	}
+	return newest, nil
 }
 
 // scrubWork removes the overlay work directory a killed session left.
@@ -149,17 +191,54 @@ func writeReviewJSON(w io.Writer, s *review.Session, cs []review.Change) error {
 	if cs == nil {
 		cs = []review.Change{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(reviewJSON{Session: s.Meta.Session, Project: s.Meta.Project, Git: s.Meta.Git, State: s.Meta.State, Running: s.Running(), Changes: cs})
+	return writeASCIIJSON(w, reviewJSON{Session: s.Meta.Session, Project: s.Meta.Project, Git: s.Meta.Git, State: s.Meta.State, Running: s.Running(), Changes: cs}, true)
+}
+
+// writeASCIIJSON encodes v with every character outside printable ASCII
+// escaped (\uXXXX): the agent's names and diff lines can hold DEL, C1
+// controls or bidirectional overrides, which encoding/json leaves raw and a
+// terminal showing the JSON would act on.
+func writeASCIIJSON(w io.Writer, v any, indent bool) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(asciiJSON(buf.Bytes()))
+	return err
+}
+
+// asciiJSON rewrites valid JSON text (as encoding/json writes it: valid
+// UTF-8, control characters already escaped) with every rune from DEL up
+// as \uXXXX, surrogate pairs above the basic plane. Outside strings there
+// are none.
+func asciiJSON(b []byte) []byte {
+	var out bytes.Buffer
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r < 0x7f:
+			out.WriteByte(b[0])
+		case r <= 0xffff:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		default:
+			r -= 0x10000
+			fmt.Fprintf(&out, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+		}
+		b = b[n:]
+	}
+	return out.Bytes()
 }
 
 func printApplied(w io.Writer, s *review.Session, res *review.Result, asJSON bool) error {
 	if asJSON {
-		return json.NewEncoder(w).Encode(map[string]any{
+		return writeASCIIJSON(w, map[string]any{
 			"session": s.Meta.Session, "project": s.Meta.Project, "applied": len(res.Changes),
 			"skipped": res.Skipped, "resumed": res.Resumed,
-		})
+		}, false)
 	}
 	if res.Resumed {
 		fmt.Fprintf(w, "finished the interrupted apply of session %s to %s\n", s.Meta.Session, review.Quote(s.Meta.Project))
