@@ -319,8 +319,9 @@ func TestReviewGitWorktree(t *testing.T) {
 	if !strings.Contains(r.Stdout, "M f.txt") || !strings.Contains(r.Stdout, "STATUS=0") {
 		t.Errorf("git status in the sandbox did not read the worktree's repository: %s", r)
 	}
-	if strings.Contains(r.Stdout, "COMMIT=0") {
-		t.Errorf("the agent committed to the real repository in review mode: %s", r)
+	t.Logf("in the sandbox (what review mode does to a worktree):\n%s", r)
+	if strings.Contains(r.Stdout, "COMMIT=0") || !strings.Contains(r.Stderr, "Read-only file system") {
+		t.Errorf("the agent's commit did not fail on the read-only git directory: %s", r)
 	}
 	if got := git(wt, "rev-parse", "HEAD"); got != head {
 		t.Errorf("the worktree's HEAD moved in review mode: %s -> %s", head, got)
@@ -337,5 +338,17 @@ func TestReviewGitWorktree(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(wt, "f.txt")); string(b) != "two\n" {
 		t.Errorf("f.txt after apply: %q", b)
+	}
+	// The agent's .git file was applied too (it was flagged): put the
+	// user's back, then git on the host sees the applied edit, uncommitted.
+	if b, _ := os.ReadFile(filepath.Join(wt, ".git")); string(b) != "gitdir: /tmp/elsewhere\n" {
+		t.Errorf(".git after apply: %q", b)
+	}
+	writeUserFile(t, filepath.Join(wt, ".git"), string(gitFile))
+	if st := git(wt, "status", "--short"); !strings.Contains(st, " M f.txt") {
+		t.Errorf("git status on the host after apply: %q", st)
+	}
+	if got := git(wt, "rev-parse", "HEAD"); got != head {
+		t.Errorf("HEAD moved: %s -> %s", head, got)
 	}
 }
