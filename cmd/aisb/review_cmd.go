@@ -79,6 +79,13 @@ func reviewAction(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	out := c.App.Writer
+	if c.Bool("apply") || c.Bool("rollback") {
+		// A session without --review writes the project directly: it
+		// could rewrite a staged file between staging and commit.
+		if err := noSessionRunsOn(e.paths, s); err != nil {
+			return err
+		}
+	}
 	switch {
 	case c.Bool("apply"):
 		// A signal stops staging (nothing changed yet); a commit under way
@@ -158,6 +165,27 @@ func openReview(c *cli.Context, paths state.Paths, id string, acting bool) (*rev
 		return nil, exitWith(2, fmt.Errorf("review: %s has %d open review sessions (%s): name the one to act on", review.Quote(dir), len(mine), strings.Join(mine, ", ")))
 	}
 	return newest, nil
+}
+
+// errProjectBusy is an apply refused while a session of its project runs.
+var errProjectBusy = errors.New("a session of this project is running")
+
+// noSessionRunsOn refuses while another session runs on s's project.
+func noSessionRunsOn(paths state.Paths, s *review.Session) error {
+	running, err := paths.RunningSessions()
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, r := range running {
+		if r.Project == s.Meta.Project && r.ID != s.Meta.Session {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) > 0 {
+		return fmt.Errorf("review %s: %w (%s): apply when it has ended", s.Meta.Session, errProjectBusy, strings.Join(ids, ", "))
+	}
+	return nil
 }
 
 // scrubWork removes the overlay work directory a killed session left.

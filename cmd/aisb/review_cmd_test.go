@@ -3,7 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"os"
+	"strings"
 	"testing"
+
+	"github.com/aisb-dev/aisb/review"
+	"github.com/aisb-dev/aisb/state"
 )
 
 // The JSON of a review is ASCII only and still means the same strings:
@@ -27,5 +33,36 @@ func TestASCIIJSON(t *testing.T) {
 	want := "rtl\u202e del\x7f c1\u009b esc\x1b emoji\U0001F600 bad\uFFFD é"
 	if back["name"] != want {
 		t.Errorf("round trip: %q, want %q", back["name"], want)
+	}
+}
+
+// --apply waits for every other session of the project to end: one
+// without --review writes the project directly.
+func TestApplyRefusedWhileTheProjectRuns(t *testing.T) {
+	paths := state.Paths{State: t.TempDir()}
+	proj := t.TempDir()
+	if err := os.MkdirAll(paths.SessionDir("20261130-000000-aaaaaa"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := review.Begin(paths.SessionDir("20261130-000000-aaaaaa"), review.Meta{Session: "20261130-000000-aaaaaa", Project: proj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := noSessionRunsOn(paths, s); err != nil {
+		t.Fatalf("nothing runs, yet: %v", err)
+	}
+	// This test process stands for a running session of another project,
+	// then of this one.
+	if err := paths.MarkSession("20261130-000001-bbbbbb", t.TempDir(), state.Owner()); err != nil {
+		t.Fatal(err)
+	}
+	if err := noSessionRunsOn(paths, s); err != nil {
+		t.Fatalf("another project's session: %v", err)
+	}
+	if err := paths.MarkSession("20261130-000002-cccccc", s.Meta.Project, state.Owner()); err != nil {
+		t.Fatal(err)
+	}
+	if err := noSessionRunsOn(paths, s); !errors.Is(err, errProjectBusy) || !strings.Contains(err.Error(), "20261130-000002-cccccc") {
+		t.Fatalf("a running session of the project: %v", err)
 	}
 }
