@@ -123,11 +123,12 @@ func hexDiff(want, got map[string]string) string {
 	return strings.Join(d, "\n")
 }
 
-// printableOnly fails when out holds a byte a terminal would act on.
+// printableOnly fails when out holds a byte a terminal would act on
+// beyond a newline or a tab (diff lines keep their tabs, as termsafe does).
 func printableOnly(t *testing.T, what, out string) {
 	t.Helper()
 	for i := 0; i < len(out); i++ {
-		if c := out[i]; c != '\n' && (c < 0x20 || c > 0x7e) {
+		if c := out[i]; c != '\n' && c != '\t' && (c < 0x20 || c > 0x7e) {
 			t.Errorf("%s printed byte %#x raw at %d:\n%s", what, c, i, out)
 			return
 		}
@@ -173,6 +174,16 @@ try:
 except OSError as e:
     print('THROUGH-FAILED', e, flush=True)
 os.mkfifo(b'pipe')
+# Overlay's own xattrs would let the agent forge whiteouts, opaque or
+# redirected directories in its layer; an ordinary user xattr is the control.
+for name, p in ((b'user.test', b'keep.txt'), (b'user.overlay.opaque', b'.vscode'),
+                (b'user.overlay.redirect', b'.vscode'), (b'user.overlay.whiteout', b'Makefile'),
+                (b'user.overlay.metacopy', b'Makefile'), (b'trusted.overlay.opaque', b'.vscode')):
+    try:
+        os.setxattr(p, name, b'y')
+        print('XATTR', name.decode(), 'SET', flush=True)
+    except OSError as e:
+        print('XATTR', name.decode(), 'REFUSED', e.errno, flush=True)
 os.makedirs(b'locked/inner')
 w(b'locked/inner/secret', b's\n')
 os.chmod(b'locked/inner', 0)
@@ -223,6 +234,14 @@ func TestReviewHostileAgent(t *testing.T) {
 	}
 	if d := hexDiff(outBefore, hexTree(t, outside)); d != "" {
 		t.Fatalf("the session wrote outside the project:\n%s", d)
+	}
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		if strings.HasPrefix(l, "XATTR ") {
+			t.Log(l)
+			if strings.Contains(l, "overlay.") && strings.Contains(l, " SET") {
+				t.Errorf("the agent set overlay's own xattr: %s", l)
+			}
+		}
 	}
 
 	r = a.run(t, "review")
