@@ -114,12 +114,12 @@ func compute(h *root, u *layer) ([]Change, error) {
 }
 
 type computer struct {
-	host        *root
-	upper       *layer
-	out         []Change
-	budget      int64 // bytes of content this listing may still read
-	diffWork    int64 // line comparisons its diffs may still make
-	entries     int   // paths of the upper layer seen
+	host     *root
+	upper    *layer
+	out      []Change
+	budget   int64 // bytes of content this listing may still read
+	diffWork int64 // line comparisons its diffs may still make
+	entries  int   // paths of the upper layer seen
 }
 
 func join(dir, name string) string {

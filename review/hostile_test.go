@@ -1,3 +1,6 @@
+// hostile_test.go is long because each thing a hijacked agent can leave in
+// its layer (sparse files, fifos, locked modes, symlinks, names) is its own case.
+
 package review
 
 import (

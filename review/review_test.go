@@ -1,3 +1,7 @@
+// review_test.go is long because its fixture builds an upper layer as the
+// kernel would leave it, and every phase (list, apply, conflict, discard,
+// interruption) is checked against it.
+
 package review
 
 import (

@@ -1,3 +1,7 @@
+// review_hostile_test.go is long because each attack needs its agent script
+// beside the checks that read what it did: hostile names and files, a sparse
+// terabyte, a killed apply.
+
 package tests
 
 import (

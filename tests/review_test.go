@@ -1,3 +1,7 @@
+// review_test.go is long because the review-mode checks run as one
+// story per project kind (a plain project, a git worktree), with the tree
+// helpers they share.
+
 package tests
 
 import (
