@@ -178,11 +178,12 @@ try:
 except OSError as e:
     print('THROUGH-FAILED', e, flush=True)
 os.mkfifo(b'pipe')
-# Overlay's own xattrs would let the agent forge whiteouts, opaque or
-# redirected directories in its layer; an ordinary user xattr is the control.
-for name, p in ((b'user.test', b'keep.txt'), (b'user.overlay.opaque', b'.vscode'),
-                (b'user.overlay.redirect', b'.vscode'), (b'user.overlay.whiteout', b'Makefile'),
-                (b'user.overlay.metacopy', b'Makefile'), (b'trusted.overlay.opaque', b'.vscode')):
+# Overlay's own xattrs, were they stored as they are named, would let the
+# agent forge in its layer an opaque directory (lib's files hidden), a
+# redirect, a whiteout (plain.sh gone) or a metadata-only copy.
+for name, p in ((b'user.test', b'keep.txt'), (b'user.overlay.opaque', b'lib'),
+                (b'user.overlay.redirect', b'lib'), (b'user.overlay.whiteout', b'plain.sh'),
+                (b'user.overlay.metacopy', b'keep.txt'), (b'trusted.overlay.opaque', b'lib')):
     try:
         os.setxattr(p, name, b'y')
         print('XATTR', name.decode(), 'SET', flush=True)
@@ -204,6 +205,7 @@ func hostileProject(t *testing.T, dir, outside string) {
 		"keep.txt": "keep\n", "plain.sh": "#!/bin/sh\necho plain\n", "notes.txt": "one\ntwo\n",
 		"docs/a.md": "a\n", "docs/sub/b.md": "b\n",
 		".git/config": "[core]\n\tbare = false\n", ".git/HEAD": "ref: refs/heads/main\n",
+		"lib/keep.c": "int x;\n",
 	} {
 		writeUserFile(t, filepath.Join(dir, p), c)
 	}
@@ -239,12 +241,29 @@ func TestReviewHostileAgent(t *testing.T) {
 	if d := hexDiff(outBefore, hexTree(t, outside)); d != "" {
 		t.Fatalf("the session wrote outside the project:\n%s", d)
 	}
+	// Measured on kernel 6.18: the agent can set user.overlay.* names on
+	// /project, and overlay stores them escaped (user.overlay.overlay.*) in
+	// the layer, where neither the kernel nor aisb reads them as its own.
+	// The tree compared after apply (lib/keep.c kept, plain.sh there) is
+	// the proof; the layer's xattrs are checked for the record.
+	upper := filepath.Join(reviewSessions(t, a)[0], "upper")
 	for _, l := range strings.Split(r.Stdout, "\n") {
-		if strings.HasPrefix(l, "XATTR ") {
-			t.Log(l)
-			if strings.Contains(l, "overlay.") && strings.Contains(l, " SET") {
-				t.Errorf("the agent set overlay's own xattr: %s", l)
-			}
+		f := strings.Fields(l)
+		if len(f) < 3 || f[0] != "XATTR" {
+			continue
+		}
+		t.Log(l)
+		name, ok := strings.CutPrefix(f[1], "user.overlay.")
+		if !ok || f[2] != "SET" {
+			continue
+		}
+		path := map[string]string{"opaque": "lib", "redirect": "lib", "whiteout": "plain.sh", "metacopy": "keep.txt"}[name]
+		buf := make([]byte, 256)
+		if _, err := syscall.Getxattr(filepath.Join(upper, path), "user.overlay."+name, buf); err == nil {
+			t.Errorf("the agent's user.overlay.%s is in its layer on %s as overlay's own", name, path)
+		}
+		if _, err := syscall.Getxattr(filepath.Join(upper, path), "user.overlay.overlay."+name, buf); err != nil {
+			t.Errorf("the agent's user.overlay.%s on %s is not in its layer escaped: %v", name, path, err)
 		}
 	}
 
