@@ -46,6 +46,11 @@ var Internal = map[string]string{
 // host that is not prepared is a failure, never a skip.
 func Integration() bool { return os.Getenv("AISB_INTEGRATION") == "1" }
 
+// UnitOnly reports whether integration tests were asked not to run at all
+// (`make test-unit` sets AISB_INTEGRATION=0): then even a prepared host, as
+// root, runs no container, so unit runs never compete with integration ones.
+func UnitOnly() bool { return os.Getenv("AISB_INTEGRATION") == "0" }
+
 // Skip skips the test with reason, unless AISB_INTEGRATION=1, when it fails it:
 // under the test command every integration test must really run.
 func Skip(t testing.TB, reason string, args ...any) {
@@ -65,6 +70,9 @@ var (
 // Require checks that the host is prepared for rootless container tests.
 func Require(t testing.TB) {
 	t.Helper()
+	if UnitOnly() {
+		t.Skip("integration test: AISB_INTEGRATION=0 (make test-unit) runs unit tests only")
+	}
 	prepOnce.Do(func() { prepErr = prepared() })
 	if prepErr != "" {
 		Skip(t, "%s", prepErr)
@@ -74,6 +82,9 @@ func Require(t testing.TB) {
 // RequireRoot checks that the test runs as root (for network namespaces).
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	if UnitOnly() {
+		t.Skip("integration test: AISB_INTEGRATION=0 (make test-unit) runs unit tests only")
+	}
 	if os.Geteuid() != 0 {
 		Skip(t, "needs root to create network namespaces")
 	}
