@@ -102,9 +102,10 @@ type Limits struct {
 
 // Sandbox chooses what runs and on which image.
 type Sandbox struct {
-	Harness   string `toml:"harness"`
-	BaseImage string `toml:"base_image"`
-	SSHAgent  bool   `toml:"ssh_agent"` // forward the user's ssh-agent; never from a project file
+	Harness   string     `toml:"harness"`
+	BaseImage string     `toml:"base_image"`
+	SSHAgent  bool       `toml:"ssh_agent"` // forward the user's ssh-agent; never from a project file
+	State     StateScope `toml:"state"`
 }
 
 // DefaultBaseImage is the public Debian 13 image the sandbox image is built on
@@ -117,7 +118,7 @@ func Default() Config {
 	return Config{
 		Version: Version,
 		Network: Network{Mode: contract.ModeAllow},
-		Sandbox: Sandbox{Harness: "pi", BaseImage: DefaultBaseImage},
+		Sandbox: Sandbox{Harness: "pi", BaseImage: DefaultBaseImage, State: StateProject},
 		Logs:    Logs{SessionMax: "64m", TotalMax: "512m"},
 	}
 }
@@ -225,7 +226,7 @@ var knownKeys = map[string][]string{
 	"network": {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns", "ask", "ask_timeout"},
 	"env":     {"pass", "set"},
 	"limits":  {"pids", "memory", "cpus"},
-	"sandbox": {"harness", "base_image", "ssh_agent"},
+	"sandbox": {"harness", "base_image", "ssh_agent", "state"},
 }
 
 func unknownKey(name string, k toml.Key) Problem {

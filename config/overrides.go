@@ -25,6 +25,7 @@ type Overrides struct {
 	Memory    string   // --memory
 	CPUs      float64  // --cpus
 	Ask       bool     // --ask: turns network.ask on
+	State     string   // --state, or "none" for --fresh
 }
 
 // Apply lays the overrides over the resolved configuration. Problems name
@@ -94,6 +95,13 @@ func (r *Resolved) Apply(o Overrides) error {
 	}
 	if o.BaseImage != "" {
 		c.Sandbox.BaseImage = o.BaseImage
+	}
+	if o.State != "" {
+		if s, err := ParseStateScope(o.State); err != nil {
+			bad("--state", "%v", err)
+		} else {
+			c.Sandbox.State = s
+		}
 	}
 	if o.Pids < 0 {
 		bad("--pids", "%d is negative", o.Pids)

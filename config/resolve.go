@@ -149,6 +149,9 @@ func (r *Resolved) merge(f *File) {
 	if f.Defines("sandbox.ssh_agent") {
 		c.Sandbox.SSHAgent = fc.Sandbox.SSHAgent
 	}
+	if f.Defines("sandbox.state") {
+		c.Sandbox.State = fc.Sandbox.State
+	}
 	if f.Defines("logs.session_max") {
 		c.Logs.SessionMax = fc.Logs.SessionMax
 	}
@@ -239,6 +242,15 @@ func (r *Resolved) narrow(f *File) (ignored []widening) {
 	}
 	if f.Defines("sandbox.base_image") && fc.Sandbox.BaseImage != c.Sandbox.BaseImage {
 		ignore("sandbox.base_image", "a project file cannot choose the image the sandbox is built from")
+	}
+	if f.Defines("sandbox.state") {
+		// Narrower is fewer sessions sharing one state: a repository may
+		// ask for a fresh home, never for the state of other projects.
+		if fc.Sandbox.State.width() <= c.Sandbox.State.width() {
+			c.Sandbox.State = fc.Sandbox.State
+		} else {
+			ignore("sandbox.state", fmt.Sprintf("%q is wider than %q: a project file cannot share its state with other projects", fc.Sandbox.State, c.Sandbox.State))
+		}
 	}
 	if f.Defines("limits.pids") {
 		if lower(fc.Limits.Pids, c.Limits.Pids) {

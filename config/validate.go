@@ -32,6 +32,7 @@ var checks = []struct {
 	{"sandbox.harness", checkHarness},
 	{"sandbox.base_image", checkBaseImage},
 	{"logs", checkLogs},
+	{"sandbox.state", checkState},
 }
 
 func validate(f *File) []Problem {
@@ -229,6 +230,16 @@ func checkHarness(f *File) []Problem {
 	}
 	if _, err := harness.Lookup(f.Config.Sandbox.Harness); err != nil {
 		return []Problem{f.problem("sandbox.harness", "%v", err)}
+	}
+	return nil
+}
+
+func checkState(f *File) []Problem {
+	if !f.Defines("sandbox.state") {
+		return nil
+	}
+	if _, err := ParseStateScope(string(f.Config.Sandbox.State)); err != nil {
+		return []Problem{f.problem("sandbox.state", "%v", err)}
 	}
 	return nil
 }

@@ -17,6 +17,26 @@ type Preset struct {
 	NPM     string   // npm package@version installed into the image; empty for none
 	Hosts   []string // allowlist entries the harness needs to work at all
 	Env     []string // environment names it reads (passed only when set on the host)
+	State   State    // where it keeps its settings, login and sessions
+}
+
+// State says where a harness keeps what should outlive one sandbox. Every
+// path is relative to the home, in the sandbox (/home/agent) as in the state
+// volume, whose layout mirrors the home: the volume's subdirectory Dirs[i] is
+// mounted at /home/agent/Dirs[i].
+type State struct {
+	Dirs []string
+	// Env points the harness at Dirs where its default lies elsewhere.
+	Env map[string]string
+	// Settings change what the harness does in later sessions (approvals,
+	// hooks, extensions, instructions): `aisb state ls` says when they
+	// changed. A path ending in "/" is a directory and all below it.
+	Settings []string
+	// Credentials are never imported from the host without --with-credentials.
+	Credentials []string
+	// HostPaths maps a path in the volume to where it lies in the host's
+	// home when that differs (Claude Code's ~/.claude.json).
+	HostPaths map[string]string
 }
 
 var presets = map[string]Preset{
@@ -25,24 +45,68 @@ var presets = map[string]Preset{
 		NPM:   "@mariozechner/pi-coding-agent@0.73.1",
 		Hosts: []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"},
 		Env:   []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"},
+		// Checked in the 0.73.1 npm package, dist/config.js: getAgentDir()
+		// is $PI_CODING_AGENT_DIR, else ~/.pi/agent (package.json piConfig
+		// configDir ".pi"); auth.json, settings.json, models.json,
+		// sessions/, extensions/, themes/, prompts/, tools/ live there.
+		State: State{
+			Dirs: []string{".pi"},
+			Settings: []string{".pi/agent/settings.json", ".pi/agent/models.json", ".pi/agent/keybindings.json",
+				".pi/agent/AGENTS.md", ".pi/agent/SYSTEM.md", ".pi/agent/extensions/", ".pi/agent/themes/",
+				".pi/agent/prompts/", ".pi/agent/tools/", ".pi/agent/skills/"},
+			Credentials: []string{".pi/agent/auth.json"},
+		},
 	},
 	"claude": {
 		Name: "claude", Command: []string{"claude"},
 		NPM:   "@anthropic-ai/claude-code@2.1.328",
 		Hosts: []string{"api.anthropic.com", "statsig.anthropic.com"},
 		Env:   []string{"ANTHROPIC_API_KEY"},
+		// Checked in the 2.1.328 linux-x64 binary: the global config is
+		// join(CLAUDE_CONFIG_DIR || homedir(), ".claude.json") and the user
+		// settings join(CLAUDE_CONFIG_DIR || ~/.claude, "settings.json");
+		// credentials are .credentials.json in the same directory. Setting
+		// CLAUDE_CONFIG_DIR to ~/.claude puts the file ~/.claude.json inside
+		// the one directory the volume holds. ~/.claude.json may hold an API
+		// key (primaryApiKey) and every host project path: a credential.
+		State: State{
+			Dirs: []string{".claude"},
+			Env:  map[string]string{"CLAUDE_CONFIG_DIR": "/home/agent/.claude"},
+			Settings: []string{".claude/settings.json", ".claude/settings.local.json", ".claude/CLAUDE.md",
+				".claude/commands/", ".claude/agents/", ".claude/skills/", ".claude/hooks/", ".claude/plugins/"},
+			Credentials: []string{".claude/.credentials.json", ".claude/.claude.json"},
+			HostPaths:   map[string]string{".claude/.claude.json": ".claude.json"},
+		},
 	},
 	"codex": {
 		Name: "codex", Command: []string{"codex"},
 		NPM:   "@openai/codex@0.169.0",
 		Hosts: []string{"api.openai.com", "chatgpt.com"},
 		Env:   []string{"OPENAI_API_KEY"},
+		// From the Codex documentation (environment variables; the npm
+		// package is a native binary): CODEX_HOME, default ~/.codex, holds
+		// config.toml, auth.json, sessions/, logs and must already exist.
+		State: State{
+			Dirs:        []string{".codex"},
+			Env:         map[string]string{"CODEX_HOME": "/home/agent/.codex"},
+			Settings:    []string{".codex/config.toml", ".codex/AGENTS.md", ".codex/prompts/", ".codex/rules/", ".codex/skills/"},
+			Credentials: []string{".codex/auth.json"},
+		},
 	},
 	"opencode": {
 		Name: "opencode", Command: []string{"opencode"},
 		NPM:   "opencode-ai@1.18.33",
 		Hosts: []string{"api.anthropic.com", "api.openai.com", "opencode.ai", "models.dev"},
 		Env:   []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"},
+		// From opencode's documentation (the npm package is a native
+		// binary): XDG directories; config ~/.config/opencode (opencode.json,
+		// agents, commands, plugins), data ~/.local/share/opencode (auth.json,
+		// sessions), state ~/.local/state/opencode.
+		State: State{
+			Dirs:        []string{".config/opencode", ".local/share/opencode", ".local/state/opencode"},
+			Settings:    []string{".config/opencode/"},
+			Credentials: []string{".local/share/opencode/auth.json", ".local/share/opencode/mcp-auth.json"},
+		},
 	},
 	"shell": {Name: "shell", Command: []string{"bash"}},
 }

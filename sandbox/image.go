@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	aisb "github.com/aisb-dev/aisb"
 	"github.com/aisb-dev/aisb/harness"
@@ -18,7 +19,7 @@ func ImageSpec(base string, h harness.Preset, entrypointBinary []byte) image.Spe
 		Containerfile: aisb.Containerfile,
 		Files:         map[string][]byte{"aisb-entrypoint": entrypointBinary},
 		BaseImage:     base,
-		Args:          map[string]string{"HARNESS_NPM": h.NPM},
+		Args:          map[string]string{"HARNESS_NPM": h.NPM, "STATE_DIRS": strings.Join(h.State.Dirs, " ")},
 	}
 }
 

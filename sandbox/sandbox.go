@@ -85,6 +85,7 @@ type Options struct {
 	Memory     int64
 	CPUs       float64
 	Rlimits    []Rlimit
+	Volumes    []*specgen.NamedVolume // the harness's state volume (statevol)
 	Owner      string
 	Overlay    *Overlay                         // review mode: the project copy-on-write; nil: bind-mounted read-write
 	Logf       func(format string, args ...any) // aisb's messages (stderr)
@@ -150,6 +151,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	} else {
 		s.Mounts = append([]spec.Mount{{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts}}, s.Mounts...)
 	}
+	s.Volumes = o.Volumes
 	s.WorkDir = "/project"
 	s.Env = map[string]string{}
 	for k, v := range o.Env {

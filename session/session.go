@@ -145,13 +145,19 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	trace("network ready")
+	vols, closeState, err := openState(c, o, h, img, env)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { closeState(); trace("state recorded") }()
+	trace("state volume ready")
 
 	exit, err := sandbox.Run(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
 		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
-		Owner: owner, Overlay: overlay, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+		Volumes: vols, Owner: owner, Overlay: overlay, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	trace("sandbox done")
 	if err != nil && !c.Alive() {

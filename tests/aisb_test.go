@@ -44,6 +44,7 @@ func newAisb(t *testing.T, base, configTOML string) *aisbUser {
 		base:    base,
 	}
 	a.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(t, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(t, "cmd/aisb-gatehelper")}
+	t.Cleanup(func() { removeStateVolumes(t, a.project) })
 	if configTOML != "" {
 		writeUserFile(t, filepath.Join(a.config, "aisb", "config.toml"), configTOML)
 	}

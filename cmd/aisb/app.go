@@ -91,6 +91,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			changeCommand(e, "deny"),
 			watchCommand(e),
 			reviewCommand(e),
+			stateCommand(e),
 			completionCommand(),
 			watchdogCommand(e),
 			followCommand(e),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -62,6 +63,8 @@ EXAMPLE:
 			&cli.Float64Flag{Name: "cpus", Usage: "at most `N` CPUs"},
 			&cli.BoolFlag{Name: "rlimit-fallback", Usage: "where cgroups cannot enforce limits, use rlimits: --pids as nproc (per user), --memory as data (per process)"},
 			&cli.Uint64Flag{Name: "cpu-seconds", Usage: "with --rlimit-fallback: at most `N` seconds of CPU time per process"},
+			&cli.StringFlag{Name: "state", Usage: "keep the harness's settings, login and sessions per `SCOPE`: project (default), harness (every project) or none"},
+			&cli.BoolFlag{Name: "fresh", Usage: "this run starts with an empty harness home and keeps nothing (--state none)"},
 			&cli.BoolFlag{Name: "allow-project-sockets", Usage: "run even if the project holds UNIX socket files, which the sandbox could connect to"},
 			&cli.BoolFlag{Name: "review", Usage: "mount the project copy-on-write: the agent's changes wait for aisb review --apply"},
 			&cli.BoolFlag{Name: "allow-unenforced", Usage: "the table is still installed; only if installing or verifying it fails, run without it, loudly (never the default)"},
@@ -71,6 +74,13 @@ EXAMPLE:
 }
 
 func runAction(c *cli.Context, e *appEnv) error {
+	scope := c.String("state")
+	if c.Bool("fresh") {
+		if scope != "" && scope != string(config.StateNone) {
+			return exitWith(config.ExitConfig, errors.New("command line: --fresh is --state none; give one of them"))
+		}
+		scope = string(config.StateNone)
+	}
 	dir, err := mountableProjectDir(c, e)
 	if err != nil {
 		return err
@@ -78,7 +88,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 	r, src, err := resolveConfigIn(e, dir, resolve{project: true, harness: true}, config.Overrides{
 		Mode: c.String("net"), Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), SSHAgent: c.Bool("ssh-agent"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
-		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"), Ask: c.Bool("ask"),
+		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"), Ask: c.Bool("ask"), State: scope,
 	})
 	if err != nil {
 		return err

@@ -45,9 +45,10 @@ var forbidden = map[string][]string{
 	// The gate's helper runs inside the gate: stdlib only.
 	"cmd/aisb-gatehelper": {mod, "github.com/", "golang.org/x/"},
 	// Review reads and writes files only: no Podman, no configuration.
-	"review":  {"github.com/containers/", mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session"},
-	"session": {mod + "ruleset", mod + "entrypoint", mod + "doctor", "github.com/google/nftables"},
-	"doctor":  {mod + "session", mod + "config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"review":   {"github.com/containers/", mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session"},
+	"statevol": {mod + "gate", mod + "sandbox", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"session":  {mod + "ruleset", mod + "entrypoint", mod + "doctor", "github.com/google/nftables"},
+	"doctor":   {mod + "session", mod + "config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	// The CLI need not link nftables: only aisb-entrypoint does.
 	"cmd/aisb": {mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 
