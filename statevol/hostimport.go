@@ -153,6 +153,15 @@ func collect(home string, st harness.State, withCredentials bool) ([]hostFile, [
 		}
 		return nil
 	}
+	if !withCredentials {
+		// Say which credentials stay behind, so the user knows to log in.
+		for _, cred := range st.Credentials {
+			h := hostPath(st, cred)
+			if _, err := os.Lstat(filepath.Join(home, h)); err == nil {
+				skipped = append(skipped, Skipped{h, "a credential (--with-credentials copies it)"})
+			}
+		}
+	}
 	for _, w := range wanted {
 		if strings.HasSuffix(w, "/") {
 			vol := strings.TrimSuffix(w, "/")
