@@ -1,3 +1,6 @@
+// This file is a little over 300 lines: reading the user's home without
+// following a link takes a walk, a reader and their bounds, kept together.
+
 package statevol
 
 import (

@@ -1,3 +1,6 @@
+// The state tests and their helpers (listing, a fake host home, tree
+// digests, tar reading) in one file of about 400 lines: they share them all.
+
 package tests
 
 import (
