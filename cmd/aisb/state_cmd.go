@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/statevol"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 func stateCommand(e *appEnv) *cli.Command {
@@ -67,6 +69,7 @@ you allow.`,
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "with-credentials", Usage: "also copy the harness's login tokens and keys (the agent can read them)"},
 					&cli.StringFlag{Name: "state", Usage: "the scope to import into: project or harness (default: sandbox.state)"},
+					projectFlag(),
 				},
 				Action: func(c *cli.Context) error { return stateImport(c, e) },
 			},
@@ -105,7 +108,7 @@ func stateList(c *cli.Context, e *appEnv) error {
 		if project == "" {
 			project = "(every project)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, printable(v.Harness), printable(v.Scope), printable(project), humanSize(v.Size), used, settings)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Name(v.Name), termsafe.Name(v.Harness), termsafe.Name(v.Scope), termsafe.Name(project), humanSize(v.Size), used, settings)
 	}
 	return tw.Flush()
 }
@@ -185,9 +188,9 @@ func stateImport(c *cli.Context, e *appEnv) error {
 	if scope == config.StateNone {
 		return exitWith(config.ExitConfig, errors.New("state import: the state scope is \"none\" here, so no volume keeps it; choose one with --state project or --state harness"))
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return fmt.Errorf("state import: find your home: %w", err)
+	home := e.home
+	if home == "" || !filepath.IsAbs(home) {
+		return exitWith(config.ExitConfig, errors.New("state import: $HOME is not set to an absolute path; it is where your harness settings are read from"))
 	}
 	withCreds := c.Bool("with-credentials")
 	if withCreds {
@@ -207,10 +210,10 @@ func stateImport(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	for _, s := range res.Skipped {
-		e.logf("skipped ~/%s: %s", printable(s.Path), s.Reason)
+		e.logf("skipped ~/%s: %s", termsafe.Name(s.Path), s.Reason)
 	}
 	for _, p := range res.Copied {
-		fmt.Fprintf(c.App.Writer, "%s\n", printable(p))
+		fmt.Fprintf(c.App.Writer, "%s\n", termsafe.Name(p))
 	}
 	e.logf("copied %d files into %s", len(res.Copied), res.Volume)
 	return nil
@@ -223,16 +226,10 @@ func oneArg(c *cli.Context, what, example string) (string, error) {
 	return c.Args().First(), nil
 }
 
-// printable reduces s to printable ASCII for the terminal.
-func printable(s string) string {
-	q := fmt.Sprintf("%+q", s)
-	return q[1 : len(q)-1]
-}
-
 func quoteAll(ss []string) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
-		out[i] = fmt.Sprintf("%+q", s)
+		out[i] = termsafe.Quote(s)
 	}
 	return out
 }
