@@ -24,6 +24,10 @@ const (
 	AgentGID = 1000
 )
 
+// AgentHome is the agent's home in the sandbox ($HOME); a harness's state
+// volume is mounted below it.
+const AgentHome = "/home/agent"
+
 // MinNetBits is the widest IPv4 network an allowlist entry or a policy may name.
 const MinNetBits = 8
 

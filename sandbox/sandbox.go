@@ -157,7 +157,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	for k, v := range o.Env {
 		s.Env[k] = v
 	}
-	s.Env["HOME"] = "/home/agent"
+	s.Env["HOME"] = contract.AgentHome
 	for _, m := range o.GitDirs {
 		opts := []string{"rw"}
 		if m.ReadOnly {

@@ -11,6 +11,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/specgen"
 
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/state"
@@ -30,8 +31,8 @@ func withVolume(c *engine.Conn, volume, img string, fn func(ctr string) error) e
 	s := specgen.NewSpecGenerator(img, false)
 	s.Name = "aisb-state-io-" + hex.EncodeToString(b)
 	s.Entrypoint = []string{"/nonexistent"} // never started
-	s.User = "1000:1000"
-	userns, err := specgen.ParseUserNamespace("keep-id:uid=1000,gid=1000")
+	s.User = fmt.Sprintf("%d:%d", contract.AgentUID, contract.AgentGID)
+	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", contract.AgentUID, contract.AgentGID))
 	if err != nil {
 		return err
 	}

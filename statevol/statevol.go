@@ -21,12 +21,14 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 
 	"github.com/aisb-dev/aisb/config"
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/harness"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 // Home is the agent's home in the sandbox; the volume's layout mirrors it.
-const Home = "/home/agent"
+const Home = contract.AgentHome
 
 // Labels on every state volume. The project's path is a label; its hash is
 // in the name, so a name never carries a path and stays short.
@@ -41,6 +43,10 @@ const (
 
 // ErrNotState is returned for a volume aisb did not create as state.
 var ErrNotState = errors.New("not an aisb state volume")
+
+// ErrOtherScope is returned when a volume of the target's name was made for
+// another harness, scope or project.
+var ErrOtherScope = errors.New("made for another harness, scope or project")
 
 // ErrNoState is returned for a harness that keeps no state (the shell).
 var ErrNoState = errors.New("this harness keeps no state")
@@ -61,6 +67,22 @@ func (t Target) Name() string {
 	}
 	sum := sha256.Sum256([]byte(t.Project))
 	return namePrefix + t.Harness.Name + "-" + hex.EncodeToString(sum[:6])
+}
+
+// owns checks that a volume of the target's name was made for the target:
+// the name is derived from it, and the labels must say the same, or the
+// volume is not this scope's (a hash collision, a volume made by hand) and
+// its content is not handed to this session.
+func (t Target) owns(name string, labels map[string]string) error {
+	wantProject := ""
+	if t.Scope == config.StateProject {
+		wantProject = t.Project
+	}
+	if labels[LabelHarness] != t.Harness.Name || labels[LabelScope] != string(t.Scope) || labels[LabelProject] != wantProject {
+		return fmt.Errorf("state volume %s: %w: its labels say harness %s, scope %s, project %s; remove it with aisb state rm %s",
+			name, ErrOtherScope, termsafe.Quote(labels[LabelHarness]), termsafe.Quote(labels[LabelScope]), termsafe.Quote(labels[LabelProject]), name)
+	}
+	return nil
 }
 
 // Ensure creates the target's volume when it does not exist and makes
@@ -98,8 +120,8 @@ func Ensure(c *engine.Conn, t Target, img string, prepare func(created string) b
 	if err != nil {
 		return "", "", err
 	}
-	if v.Labels[LabelHarness] != t.Harness.Name {
-		return "", "", fmt.Errorf("state volume %s belongs to harness %q, not %s; remove it with aisb state rm", name, v.Labels[LabelHarness], t.Harness.Name)
+	if err := t.owns(name, v.Labels); err != nil {
+		return "", "", err
 	}
 	if !exists || prepare(v.Labels[LabelCreated]) {
 		if err := copyIn(c, name, img, bytes.NewReader(skeleton(t.Harness.State.Dirs))); err != nil {

@@ -3,8 +3,10 @@ package statevol
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +33,48 @@ func TestName(t *testing.T) {
 	}
 	if n := (Target{Harness: h, Scope: config.StateHarness, Project: "/home/u/a"}).Name(); n != "aisb-state-pi" {
 		t.Errorf("harness scope name = %q", n)
+	}
+	// Whatever the project's path holds, the name is the prefix and 12 hex
+	// digits: a path cannot steer it to another volume or out of Podman's
+	// name syntax.
+	valid := regexp.MustCompile(`^aisb-state-pi-[0-9a-f]{12}$`)
+	for _, p := range []string{"/x/../aisb-state-pi", "/p\n--filter=label", "/p/aisb-state-claude", strings.Repeat("/a", 3000), "/p\x00q"} {
+		if n := (Target{Harness: h, Scope: config.StateProject, Project: p}).Name(); !valid.MatchString(n) {
+			t.Errorf("project %q: name %q", p, n)
+		}
+	}
+}
+
+// TestOwns: a volume of the target's name is used only when its labels
+// name the same harness, scope and project.
+func TestOwns(t *testing.T) {
+	h := pi(t)
+	proj := Target{Harness: h, Scope: config.StateProject, Project: "/home/u/a"}
+	shared := Target{Harness: h, Scope: config.StateHarness, Project: "/home/u/a"}
+	labels := func(harness, scope, project string) map[string]string {
+		l := map[string]string{LabelHarness: harness, LabelScope: scope}
+		if project != "" {
+			l[LabelProject] = project
+		}
+		return l
+	}
+	for _, c := range []struct {
+		t      Target
+		labels map[string]string
+		ok     bool
+	}{
+		{proj, labels("pi", "project", "/home/u/a"), true},
+		{proj, labels("pi", "project", "/home/u/b"), false},
+		{proj, labels("claude", "project", "/home/u/a"), false},
+		{proj, labels("pi", "harness", ""), false},
+		{shared, labels("pi", "harness", ""), true},
+		{shared, labels("pi", "harness", "/home/u/a"), false},
+		{shared, labels("pi", "project", "/home/u/a"), false},
+	} {
+		err := c.t.owns("v", c.labels)
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrOtherScope)) {
+			t.Errorf("target %s %s, labels %v: %v", c.t.Scope, c.t.Project, c.labels, err)
+		}
 	}
 }
 
