@@ -1,6 +1,3 @@
-// This file is a little over 300 lines: reading the user's home without
-// following a link takes a walk, a reader and their bounds, kept together.
-
 package statevol
 
 import (
@@ -8,7 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/harness"
+	"github.com/aisb-dev/aisb/safefile"
 )
 
 // Bounds on what an import reads from the host.
@@ -255,36 +253,20 @@ func readNoFollow(home, rel string) ([]byte, error) {
 	if err := checkParents(home, rel); err != nil {
 		return nil, err
 	}
-	p := filepath.Join(home, rel)
-	fd, err := syscall.Open(p, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	data, err := safefile.Read(filepath.Join(home, rel), MaxImportFile)
 	switch {
-	case errors.Is(err, syscall.ENOENT):
+	case err == nil:
+		return data, nil
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, errSkip{}
-	case errors.Is(err, syscall.ELOOP):
+	case errors.Is(err, safefile.ErrSymlink):
 		return nil, errSkip{"a symbolic link"}
-	case err != nil:
-		return nil, errSkip{fmt.Sprintf("cannot be read: %v", err)}
-	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("import: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
+	case errors.Is(err, safefile.ErrNotRegular):
 		return nil, errSkip{"not a regular file"}
-	}
-	if fi.Size() > MaxImportFile {
+	case errors.Is(err, safefile.ErrTooLarge):
 		return nil, errSkip{fmt.Sprintf("larger than %d MiB", MaxImportFile>>20)}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxImportFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("import: %w", err)
-	}
-	if len(data) > MaxImportFile {
-		return nil, errSkip{fmt.Sprintf("larger than %d MiB", MaxImportFile>>20)}
-	}
-	return data, nil
+	return nil, errSkip{fmt.Sprintf("cannot be read: %v", errors.Unwrap(err))}
 }
 
 // tarOf packs the files with their parent directories, owned by 0:0 (the

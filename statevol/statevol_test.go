@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/aisb-dev/aisb/config"
@@ -153,6 +154,10 @@ func TestCollectHostFiles(t *testing.T) {
 	write(".pi/agent/prompts/big.md", strings.Repeat("x", MaxImportFile+1))
 	os.Symlink("/etc/hostname", filepath.Join(home, ".pi/agent/prompts/link.md"))
 	os.Symlink(filepath.Join(home, ".pi/agent/prompts"), filepath.Join(home, ".pi/agent/themes"))
+	// A FIFO where a settings file belongs: skipped, never opened blocking.
+	if err := syscall.Mkfifo(filepath.Join(home, ".pi/agent/models.json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	st := pi(t).State
 
 	files, skipped, err := collect(home, st, false)
@@ -171,7 +176,7 @@ func TestCollectHostFiles(t *testing.T) {
 	for _, s := range skipped {
 		reasons[s.Path] = s.Reason
 	}
-	for p, want := range map[string]string{".pi/agent/prompts/link.md": "symbolic link", ".pi/agent/prompts/big.md": "larger", ".pi/agent/themes": "symbolic link"} {
+	for p, want := range map[string]string{".pi/agent/prompts/link.md": "symbolic link", ".pi/agent/prompts/big.md": "larger", ".pi/agent/themes": "symbolic link", ".pi/agent/models.json": "not a regular file"} {
 		if !strings.Contains(reasons[p], want) {
 			t.Errorf("%s: skipped as %q, want %q (all: %v)", p, reasons[p], want, reasons)
 		}
