@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,8 +164,11 @@ func TestStateKeptPerProject(t *testing.T) {
 	show := "for f in ~/.pi/marker ~/.pi/agent/auth.json ~/.pi/agent/settings.json; do test -e $f && echo HAS $f || echo NO $f; done"
 
 	// The first session finds an empty state owned by the agent, and no
-	// file of the host's home.
-	r := run(a, "--", "sh", "-c", show+"; stat -c 'OWNER %n %u:%g' ~/.pi; echo kept > ~/.pi/marker; stat -c 'OWNER %n %u:%g' ~/.pi/marker")
+	// file of the host's home. Its mounts (root in the source filesystem,
+	// mount point) show the state as the named volume's subdirectory, and
+	// no other mount than a session without state has.
+	mounts := `awk '{print "MOUNT " $4 " " $5}' /proc/self/mountinfo | grep -Ev ' (/|/proc.*|/sys.*|/dev.*)$'`
+	r := run(a, "--", "sh", "-c", show+"; stat -c 'OWNER %n %u:%g' ~/.pi; echo kept > ~/.pi/marker; stat -c 'OWNER %n %u:%g' ~/.pi/marker; "+mounts)
 	for _, want := range []string{"NO /home/agent/.pi/marker", "NO /home/agent/.pi/agent/auth.json", "NO /home/agent/.pi/agent/settings.json",
 		"OWNER /home/agent/.pi 1000:1000", "OWNER /home/agent/.pi/marker 1000:1000"} {
 		if !strings.Contains(r.Stdout, want) {
@@ -174,6 +178,26 @@ func TestStateKeptPerProject(t *testing.T) {
 	v, ok := a.projectVolume(t, env, "pi")
 	if !ok || v.Scope != "project" || v.Unknown || v.LastUsed == "" || len(v.SettingsChanged) != 0 {
 		t.Fatalf("aisb state ls --json after one session: %+v (listed %v)", v, ok)
+	}
+	allowed := []string{"/project", "/etc/aisb/policy.json", "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/run/.containerenv", "/home/agent/.pi"}
+	stateMounts := 0
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		f := strings.Fields(strings.TrimPrefix(l, "MOUNT "))
+		if !strings.HasPrefix(l, "MOUNT ") || len(f) != 2 {
+			continue
+		}
+		if !slices.Contains(allowed, f[1]) {
+			t.Errorf("unexpected mount in a session with state: %s (root %s)", f[1], f[0])
+		}
+		if f[1] == "/home/agent/.pi" {
+			stateMounts++
+			if !strings.HasSuffix(f[0], "/volumes/"+v.Name+"/_data/.pi") {
+				t.Errorf("~/.pi is mounted from %s, not from the subdirectory .pi of the Podman volume %s", f[0], v.Name)
+			}
+		}
+	}
+	if stateMounts != 1 {
+		t.Errorf("~/.pi mounted %d times, want once:\n%s", stateMounts, r.Stdout)
 	}
 
 	// The same project and harness: the file is there, and a settings
@@ -338,14 +362,15 @@ func TestStateImport(t *testing.T) {
 
 // TestStatePiTerminal: pi itself, in a terminal, with its state volume: a
 // model chosen with Ctrl-P in one session (pi saves it in settings.json) is
-// the model of the next.
+// the model of the next. The key is passed by name as the README says
+// (pi lists no model without one); no request is made with it.
 func TestStatePiTerminal(t *testing.T) {
 	a := newAisb(t, "", "")
 	home, _ := fakeHome(t)
 	before := treeDigest(t, home)
 	env := []string{"TERM=xterm-256color", "HOME=" + home, "XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state,
 		"AISB_BASE_IMAGE=" + testhost.BaseImage, "CONTAINER_HOST=" + testhost.Service(t), "ANTHROPIC_API_KEY=not-a-real-key"}
-	tm := testhost.NewTerminal(t, a.project, env, a.bin+" run")
+	tm := testhost.NewTerminal(t, a.project, env, a.bin+" run --env ANTHROPIC_API_KEY")
 	tm.WaitFor("pi v", 5*time.Minute)
 	time.Sleep(time.Second)
 	first := tm.Screen()
@@ -374,7 +399,7 @@ func TestStatePiTerminal(t *testing.T) {
 		t.Fatalf("the first session already showed %q before Ctrl-P; the second session's check would prove nothing:\n%s", settings.DefaultModel, first)
 	}
 
-	tm2 := testhost.NewTerminal(t, a.project, env, a.bin+" run")
+	tm2 := testhost.NewTerminal(t, a.project, env, a.bin+" run --env ANTHROPIC_API_KEY")
 	tm2.WaitFor("pi v", 5*time.Minute)
 	tm2.WaitFor(settings.DefaultModel, 20*time.Second)
 	tm2.Keys("C-d")
