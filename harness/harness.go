@@ -55,6 +55,12 @@ var presets = map[string]Preset{
 				".pi/agent/AGENTS.md", ".pi/agent/SYSTEM.md", ".pi/agent/extensions/", ".pi/agent/themes/",
 				".pi/agent/prompts/", ".pi/agent/tools/", ".pi/agent/skills/"},
 			Credentials: []string{".pi/agent/auth.json"},
+			// Login (/login), read in the 0.73.1 package: Anthropic's OAuth
+			// exchanges its code at platform.claude.com, ChatGPT's at
+			// auth.openai.com; neither is allowed by default (add it with
+			// --allow for the session that logs in). The browser's last
+			// redirect goes to localhost, which cannot reach the sandbox:
+			// pi asks for that URL to be pasted.
 		},
 	},
 	"claude": {
@@ -76,6 +82,9 @@ var presets = map[string]Preset{
 				".claude/commands/", ".claude/agents/", ".claude/skills/", ".claude/hooks/", ".claude/plugins/"},
 			Credentials: []string{".claude/.credentials.json", ".claude/.claude.json"},
 			HostPaths:   map[string]string{".claude/.claude.json": ".claude.json"},
+			// Login (/login): platform.claude.com (token exchange) besides
+			// api.anthropic.com; the browser ends on a page showing a code
+			// to paste back, so no redirect into the sandbox is needed.
 		},
 	},
 	"codex": {
@@ -91,6 +100,11 @@ var presets = map[string]Preset{
 			Env:         map[string]string{"CODEX_HOME": "/home/agent/.codex"},
 			Settings:    []string{".codex/config.toml", ".codex/AGENTS.md", ".codex/prompts/", ".codex/rules/", ".codex/skills/"},
 			Credentials: []string{".codex/auth.json"},
+			// Login: "codex login" waits for the browser's redirect to
+			// localhost:1455 inside the sandbox, which nothing outside can
+			// reach (the sandbox takes no inbound connection, by design);
+			// "codex login --device-auth" with auth.openai.com allowed, or
+			// an API key (--env OPENAI_API_KEY), works. Not tried here.
 		},
 	},
 	"opencode": {
@@ -106,6 +120,9 @@ var presets = map[string]Preset{
 			Dirs:        []string{".config/opencode", ".local/share/opencode", ".local/state/opencode"},
 			Settings:    []string{".config/opencode/"},
 			Credentials: []string{".local/share/opencode/auth.json", ".local/share/opencode/mcp-auth.json"},
+			// Login ("opencode auth login"): the provider's own hosts
+			// (Anthropic: platform.claude.com); its ChatGPT flow redirects
+			// to localhost like Codex's. Not tried here.
 		},
 	},
 	"shell": {Name: "shell", Command: []string{"bash"}},
