@@ -65,7 +65,9 @@ use. Symbolic links, special files and files over 4 MiB are skipped. Credentials
 (pi and Codex auth.json, Claude Code .credentials.json and ~/.claude.json,
 opencode auth.json) are copied only with --with-credentials: the agent can read
 everything in its volume, so a hijacked agent can send them through any host
-you allow.`,
+you allow. Settings files can hold secrets of their own (an apiKey in
+opencode.json, an MCP server's token in settings.json or config.toml): read
+them first; what import copies, it prints.`,
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "with-credentials", Usage: "also copy the harness's login tokens and keys (the agent can read them)"},
 					&cli.StringFlag{Name: "state", Usage: "the scope to import into: project or harness (default: sandbox.state)"},
