@@ -1,7 +1,6 @@
 package session
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/containers/podman/v5/pkg/specgen"
@@ -10,6 +9,7 @@ import (
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/statevol"
+	"github.com/aisb-dev/aisb/termsafe"
 )
 
 // openState mounts the harness's state volume for the session's scope and
@@ -41,7 +41,7 @@ func openState(c *engine.Conn, o Options, h harness.Preset, img string, env map[
 func quoteAll(ss []string) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
-		out[i] = fmt.Sprintf("%q", s)
+		out[i] = termsafe.Quote(s)
 	}
 	return out
 }
