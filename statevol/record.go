@@ -133,7 +133,13 @@ func hashSettings(r io.Reader, st harness.State) (map[string]string, error) {
 	}
 }
 
-// settingsNow hashes the settings files in the volume as they are now.
+// settingsNow hashes the settings files in the volume as they are now. It
+// copies the whole volume out in one request and reads only the settings'
+// content. Measured with Podman 5.4.2 on a 2-core host: an io container
+// costs ~25 ms, each archive request 35-100 ms (a copier process each), the
+// whole of a small volume ~140 ms and of 95 MB ~310 ms; copying pi's ten
+// settings paths one by one cost 370-530 ms whatever the size, so one
+// request wins until the sessions reach several hundred MB.
 func settingsNow(c *engine.Conn, name, img string, st harness.State) (map[string]string, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(copyOut(c, name, img, pw)) }()
