@@ -370,6 +370,7 @@ func TestStatePiTerminal(t *testing.T) {
 	before := treeDigest(t, home)
 	env := []string{"TERM=xterm-256color", "HOME=" + home, "XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state,
 		"AISB_BASE_IMAGE=" + testhost.BaseImage, "CONTAINER_HOST=" + testhost.Service(t), "ANTHROPIC_API_KEY=not-a-real-key"}
+	env = append(env, a.helpers...)
 	tm := testhost.NewTerminal(t, a.project, env, a.bin+" run --env ANTHROPIC_API_KEY")
 	tm.WaitFor("pi v", 5*time.Minute)
 	time.Sleep(time.Second)
