@@ -230,9 +230,16 @@ func TestStateKeptPerProject(t *testing.T) {
 	if !strings.Contains(r.Stdout, "NO /home/agent/.pi/marker") || !strings.Contains(r.Stdout, "OWNER /home/agent/.pi 1000:1000") {
 		t.Errorf("a --fresh session should start with an empty ~/.pi of the agent's:\n%s", r)
 	}
-	// Control for the two above: the first project still has it.
+	// Control for the two above: the first project still has it, also in
+	// review mode (the project copy-on-write, the state volume as always).
 	if r = run(a, "--", "cat", "/home/agent/.pi/marker"); strings.TrimSpace(r.Stdout) != "kept" {
 		t.Errorf("the first project lost its state: %s", r)
+	}
+	if r = run(a, "--review", "--", "sh", "-c", "cat ~/.pi/marker; touch /project/reviewed"); strings.TrimSpace(r.Stdout) != "kept" {
+		t.Errorf("a --review session of the project lacks its state: %s", r)
+	}
+	if _, err := os.Lstat(filepath.Join(a.project, "reviewed")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the --review session wrote the project directly: %v", err)
 	}
 
 	// Export, to stdout and to a file, holds the file.
