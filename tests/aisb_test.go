@@ -141,6 +141,7 @@ var (
 // sandbox image is built on it exactly as on any other base.
 func testBaseImage(t *testing.T) string {
 	t.Helper()
+	testhost.Require(t)
 	probe := testhost.Binary(t, "tests/probe")
 	testBaseOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "aisb-testbase-")
