@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -14,19 +15,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Create creates a container, one at a time per Podman service.
+// Create creates a container, one at a time per Podman service: never two
+// creates of aisb in flight in one service, whether from one aisb process
+// (a session's gate and sandbox) or from several sharing a service.
 //
-// Podman resolves --userns=keep-id inside the service process through
-// libsubid, which is not thread-safe: two creates in flight in one service
-// can corrupt each other's id mapping (a range counted twice, or no
-// sub-range at all), and the container then fails at start with
-// "container uses ID mappings … but doesn't map UID 0" (measured here with
-// sessions started together against one service, see the concurrency
-// test). The mapping is already wrong when create returns, so holding a
-// lock around create alone is enough; a create takes milliseconds. A
-// private service (one per aisb process) needs no lock.
+// Why: rootless Podman resolves --userns=keep-id (every container aisb
+// makes) inside the service, per create, through libsubid, which reads
+// /etc/subuid with one process-global file database (shadow's commonio: an
+// "open" flag, a list, a cursor) and is not safe for concurrent use. With
+// two creates at once the second lookup fails, Podman ignores that and maps
+// only the agent's uid ("1000:0:1"), and the container fails at start with
+// "container uses ID mappings … but doesn't map UID 0"; or the service dies
+// of SIGSEGV inside subid_get_uid_ranges, with every session on it. The
+// user namespace and its pause process play no part (measured with Podman
+// 5.4.2: tests/podmanrace_test.go, docs/networking.md). The mapping is
+// settled when create returns, so the lock is held around create alone.
 func Create(c *Conn, s *specgen.SpecGenerator) (*types.ContainerCreateResponse, error) {
+	mu := createMutex(c.URI)
+	mu.Lock()
+	defer mu.Unlock()
 	if !c.Private() {
+		// A private service serves this process only: the mutex is enough.
 		unlock, err := c.lockCreate()
 		if err != nil {
 			return nil, err
@@ -40,8 +49,18 @@ func Create(c *Conn, s *specgen.SpecGenerator) (*types.ContainerCreateResponse, 
 	return &resp, nil
 }
 
+// createMutexes holds one mutex per service address: creates of this
+// process, whichever Conn they use.
+var createMutexes sync.Map // URI -> *sync.Mutex
+
+func createMutex(uri string) *sync.Mutex {
+	mu, _ := createMutexes.LoadOrStore(uri, new(sync.Mutex))
+	return mu.(*sync.Mutex)
+}
+
 // lockCreate takes the per-service create lock, a file lock in the user's
-// runtime directory named after the service's URI.
+// runtime directory named after the service's URI, for creates of other
+// aisb processes.
 func (c *Conn) lockCreate() (unlock func(), err error) {
 	dir := c.lockDir
 	if dir == "" {
@@ -55,7 +74,7 @@ func (c *Conn) lockCreate() (unlock func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("create lock: %w", err)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Millisecond) {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
