@@ -73,11 +73,7 @@ func Run(ctx context.Context, o Options) *Report {
 		return r
 	}
 	defer c.Close()
-	how := "the user's service"
-	if c.Private() {
-		how = "a private service aisb started"
-	}
-	r.add("podman", Pass, "Podman %s through its API (%s)", c.Version, how)
+	r.add("podman", Pass, "Podman %s through its API (%s)", c.Version, c.How())
 	reaper.Reap(c, o.Logf)
 
 	info, err := system.Info(c.Ctx, nil)

@@ -172,8 +172,15 @@ func createFromProcesses(t *testing.T, mode string) (most, creates int) {
 }
 
 // TestMain lets the test binary serve as another aisb process creating
-// containers (TestCreateOneAtATimeAcrossProcesses).
+// containers (TestCreateOneAtATimeAcrossProcesses), as a fake podman and
+// as the shared service's keeper (shared_test.go).
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "podman" {
+		fakePodman()
+	}
+	if os.Getenv("AISB_ENGINE_TEST_KEEPER") != "" {
+		fakeKeeper()
+	}
 	if uri := os.Getenv("AISB_ENGINE_CREATE_HELPER"); uri != "" {
 		ctx, err := bindings.NewConnection(context.Background(), uri)
 		if err != nil {

@@ -47,18 +47,25 @@ type Conn struct {
 	private *exec.Cmd     // the service aisb started, if any
 	exited  chan struct{} // closed when the private service has exited
 	sock    string
-	lockDir string // where the per-service create lock lives
+	lockDir string   // where the per-service create lock lives
+	shared  bool     // aisb's shared service (see shared.go)
+	users   *os.File // held (shared lock) while this process uses it
 }
 
 // Where says how to reach Podman; the caller reads the environment once.
 type Where struct {
-	URI        string // CONTAINER_HOST; empty: the user's socket or a private service
+	URI        string // CONTAINER_HOST; empty: the user's socket, else aisb's shared service
 	RuntimeDir string // the user's runtime directory (state.Paths.Runtime)
+	// Keeper is the command that keeps aisb's shared service (`aisb
+	// internal-podman-service`, which runs Keep); without one, a private
+	// service per process.
+	Keeper []string
 }
 
-// Connect uses w.URI, else the user's rootless socket, else starts
-// `podman system service` privately for this process; the private service
-// exits with aisb (parent-death signal) and on Close.
+// Connect uses w.URI, else the user's rootless socket, else aisb's shared
+// service (started through w.Keeper when none listens; see shared.go),
+// else, without a keeper, starts `podman system service` privately for
+// this process, which exits with aisb (parent-death signal) and on Close.
 func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c := &Conn{}
 	if w.RuntimeDir != "" {
@@ -72,6 +79,13 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 		sock := filepath.Join(runtimeDir, "podman", "podman.sock")
 		if listening(sock) {
 			c.URI = "unix://" + sock
+			break
+		}
+		if len(w.Keeper) > 0 {
+			if err := c.useShared(w); err != nil {
+				c.Close()
+				return nil, err
+			}
 			break
 		}
 		if err := c.startPrivate(runtimeDir); err != nil {
@@ -144,11 +158,30 @@ func (c *Conn) startPrivate(runtimeDir string) error {
 	return nil
 }
 
-// Private reports whether aisb started the service itself.
+// Private reports whether aisb started the service itself, for itself.
 func (c *Conn) Private() bool { return c.private != nil }
 
-// Close stops the private service, if aisb started one.
+// Shared reports whether this is aisb's shared service.
+func (c *Conn) Shared() bool { return c.shared }
+
+// How says which service this is, for traces and doctor.
+func (c *Conn) How() string {
+	switch {
+	case c.Private():
+		return "a private service aisb started"
+	case c.Shared():
+		return "aisb's shared service, which stops after a minute unused"
+	}
+	return "the user's service"
+}
+
+// Close stops the private service, if aisb started one, and lets go of
+// the shared one.
 func (c *Conn) Close() error {
+	if c.users != nil {
+		c.users.Close()
+		c.users = nil
+	}
 	if c.private != nil && c.private.Process != nil {
 		c.private.Process.Signal(syscall.SIGTERM)
 		select {

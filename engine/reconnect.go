@@ -22,7 +22,11 @@ func (c *Conn) Reconnect(ctx context.Context, w Where, within time.Duration) err
 	for {
 		nc, err := Connect(ctx, w)
 		if err == nil {
+			old := c.users
 			*c = *nc
+			if old != nil {
+				old.Close() // nc holds the shared service's lock now
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {

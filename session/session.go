@@ -90,6 +90,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	defer c.Close()
+	trace("connected to podman (" + c.How() + ")")
 	reaper.Reap(c, o.Logf)
 	helper, err := sandbox.Helper(c, o.Helper)
 	if err != nil {

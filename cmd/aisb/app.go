@@ -41,6 +41,9 @@ func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 	}
 	e.paths, e.pathsErr = state.FromEnv(getenv)
 	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime}
+	if self, err := os.Executable(); err == nil {
+		e.where.Keeper = []string{self, "internal-podman-service"}
+	}
 	return e
 }
 
@@ -94,6 +97,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			stateCommand(e),
 			completionCommand(),
 			watchdogCommand(e),
+			podmanServiceCommand(),
 			followCommand(e),
 		},
 		DisableSliceFlagSeparator: true,
