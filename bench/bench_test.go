@@ -123,7 +123,7 @@ func shellImage(b *testing.B) image.Spec {
 // sandboxImage makes sure the shell harness's image exists and returns it.
 func sandboxImage(b *testing.B, uri string) string {
 	b.Helper()
-	tag, _, err := image.Ensure(connect(b, uri), shellImage(b), image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
+	tag, _, err := image.Ensure(connect(b, uri), shellImage(b), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func BenchmarkThroughput(b *testing.B) {
 // BenchmarkGateMemory: squid's resident memory after 1,000 requests.
 func BenchmarkGateMemory(b *testing.B) {
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
+	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func BenchmarkRebuildCheck(b *testing.B) {
 	var times []time.Duration
 	for i := 0; i < 3*runs; i++ {
 		times = append(times, timeIt(b, func() error {
-			tag, built, err := image.Ensure(c, spec, image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
+			tag, built, err := image.Ensure(c, spec, image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
 			if err == nil && (built || tag != img) {
 				err = fmt.Errorf("rebuilt %s although nothing changed", tag)
 			}

@@ -24,7 +24,7 @@ import (
 // connections.
 func BenchmarkAskLatency(b *testing.B) {
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
+	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -39,7 +39,7 @@ import (
 // admitted, and how many of the open tunnels still work afterwards.
 func BenchmarkLiveChange(b *testing.B) {
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Progress: os.Stderr})
+	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
 	if err != nil {
 		b.Fatal(err)
 	}

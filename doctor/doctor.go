@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -49,7 +48,7 @@ type Options struct {
 	Where      engine.Where
 	Paths      state.Paths
 	Logf       func(format string, args ...any)
-	Progress   io.Writer // image builds
+	Builds     image.Output // image builds' progress
 }
 
 // Report collects checks in order.
@@ -148,7 +147,7 @@ func subordinate(f string, u *user.User) int {
 }
 
 func squidParses(r *Report, c *engine.Conn, o Options) {
-	img, _, err := image.Ensure(c, gate.ImageSpec(o.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Progress: o.Progress, Logf: o.Logf})
+	img, _, err := image.Ensure(c, gate.ImageSpec(o.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Output: o.Builds, Logf: o.Logf})
 	if err != nil {
 		r.add("gate config", Fail, "gate image: %v", err)
 		return

@@ -45,7 +45,7 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 		r.add("sandbox image", Fail, "read aisb-entrypoint: %v", err)
 		return
 	}
-	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.BaseImage, shell, epBytes), image.Build{LockDir: o.Paths.LockDir(), Progress: o.Progress, Logf: o.Logf})
+	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.BaseImage, shell, epBytes), image.Build{LockDir: o.Paths.LockDir(), Output: o.Builds, Logf: o.Logf})
 	if err != nil {
 		r.add("sandbox image", Fail, "%v", err)
 		return

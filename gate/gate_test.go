@@ -36,7 +36,7 @@ func connect(t *testing.T) (*engine.Conn, string) {
 	}
 	t.Cleanup(func() { c.Close() })
 	var progress bytes.Buffer
-	tag, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: t.TempDir(), Progress: &progress})
+	tag, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: t.TempDir(), Output: image.Output{W: &progress}})
 	if err != nil {
 		t.Fatalf("gate image: %v\n%s", err, progress.String())
 	}

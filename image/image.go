@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,9 +32,9 @@ type Spec struct {
 
 // Build says where a build may lock and report.
 type Build struct {
-	LockDir  string                           // the user's own lock directory (state.Paths.LockDir)
-	Progress io.Writer                        // the build's own output
-	Logf     func(format string, args ...any) // aisb's notices; nil: none
+	LockDir string                           // the user's own lock directory (state.Paths.LockDir)
+	Output  Output                           // where a build or pull shows its progress
+	Logf    func(format string, args ...any) // aisb's notices; nil: none
 }
 
 func (b Build) logf(format string, args ...any) {
@@ -79,8 +78,11 @@ func BaseID(c *engine.Conn, base string, b Build) (string, error) {
 	if ok, err := images.Exists(c.Ctx, base, nil); err != nil {
 		return "", fmt.Errorf("look up base image %s: %w", base, err)
 	} else if !ok {
-		b.logf("pulling %s", base)
-		if _, err := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(b.Progress)); err != nil {
+		p := newProgress(b.Output, "pulling "+base, "pulled "+base, everyLine, time.Now)
+		p.startTicker(time.Second)
+		_, err := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(p))
+		p.finish(err)
+		if err != nil {
 			return "", fmt.Errorf("pull base image %s: %w (where no registry is reachable, set sandbox.base_image or AISB_BASE_IMAGE to a local image)", base, err)
 		}
 	}
@@ -94,7 +96,6 @@ func BaseID(c *engine.Conn, base string, b Build) (string, error) {
 // Ensure returns the tag of the image for spec, building it only when no
 // image with that tag exists. built says whether it built.
 func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error) {
-	progress := b.Progress
 	baseID, err := BaseID(c, s.BaseImage, b)
 	if err != nil {
 		return "", false, err
@@ -145,19 +146,23 @@ func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error)
 	for k, v := range s.Args {
 		args[k] = v
 	}
+	p := newProgress(b.Output, "building "+s.Name, "built "+s.Name, buildSteps, time.Now)
 	opts := types.BuildOptions{BuildOptions: define.BuildOptions{
 		ContextDirectory:       dir,
 		Args:                   args,
 		Output:                 tag,
 		Labels:                 []string{Label + "=" + tag},
-		Out:                    progress,
-		Err:                    progress,
-		ReportWriter:           progress,
+		Out:                    p,
+		Err:                    p,
+		ReportWriter:           p,
 		PullPolicy:             define.PullIfMissing,
 		Layers:                 true,
 		RemoveIntermediateCtrs: true,
 	}}
-	if _, err := images.Build(c.Ctx, []string{filepath.Join(dir, "Containerfile")}, opts); err != nil {
+	p.startTicker(time.Second)
+	_, err = images.Build(c.Ctx, []string{filepath.Join(dir, "Containerfile")}, opts)
+	p.finish(err)
+	if err != nil {
 		return "", false, fmt.Errorf("build %s: %w", tag, err)
 	}
 	return tag, true, nil

@@ -122,7 +122,7 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner str
 		}
 		return g, func() error { return nil }, nil
 	}
-	gateImg, _, err := image.Ensure(c, gate.ImageSpec(cfg.Sandbox.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Progress: o.Stderr, Logf: o.Logf})
+	gateImg, _, err := image.Ensure(c, gate.ImageSpec(cfg.Sandbox.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Output: o.builds(), Logf: o.Logf})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -39,8 +39,9 @@ type Options struct {
 	GateHelper     string   // path of the aisb-gatehelper binary; "": next to aisb
 	Watchdog       []string // argv that starts the watchdog; nil: none
 	Terminal       bool
-	Review         bool // the project copy-on-write; see package review
-	Trace          bool // print phase timings ($AISB_TRACE)
+	Review         bool         // the project copy-on-write; see package review
+	Trace          bool         // print phase timings ($AISB_TRACE)
+	Builds         image.Output // image builds' progress; W nil: Stderr
 	Logf           func(format string, args ...any)
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
@@ -209,8 +210,17 @@ func sandboxImage(c *engine.Conn, o Options, h harness.Preset) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read aisb-entrypoint: %w", err)
 	}
-	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.Config.Config.Sandbox.BaseImage, h, epBytes), image.Build{LockDir: o.Paths.LockDir(), Progress: o.Stderr, Logf: o.Logf})
+	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.Config.Config.Sandbox.BaseImage, h, epBytes), image.Build{LockDir: o.Paths.LockDir(), Output: o.builds(), Logf: o.Logf})
 	return img, err
+}
+
+// builds is where image builds show their progress.
+func (o Options) builds() image.Output {
+	b := o.Builds
+	if b.W == nil {
+		b = image.Output{W: o.Stderr}
+	}
+	return b
 }
 
 // tracer prints phase timings through logf when on; for performance work only.

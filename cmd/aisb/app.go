@@ -8,9 +8,11 @@ import (
 	"runtime/debug"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/state"
 	"github.com/aisb-dev/aisb/termsafe"
 )
@@ -25,6 +27,8 @@ type appEnv struct {
 	entrypoint string // $AISB_ENTRYPOINT
 	gateHelper string // $AISB_GATEHELPER
 	trace      bool   // $AISB_TRACE
+	stderr     io.Writer
+	stderrTTY  bool // stderr is a terminal: builds show one updating line
 	logf       func(format string, args ...any)
 }
 
@@ -39,12 +43,22 @@ func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 			fmt.Fprintf(stderr, "aisb: %s\n", termsafe.Lines(fmt.Sprintf(format, args...)))
 		},
 	}
+	e.stderr = stderr
+	if f, ok := stderr.(*os.File); ok {
+		e.stderrTTY = term.IsTerminal(int(f.Fd()))
+	}
 	e.paths, e.pathsErr = state.FromEnv(getenv)
 	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime}
 	if self, err := os.Executable(); err == nil {
 		e.where.Keeper = []string{self, "internal-podman-service"}
 	}
 	return e
+}
+
+// builds is how a command that may build an image shows it: on stderr,
+// one updating line on a terminal, the whole log with --verbose.
+func (e *appEnv) builds(c *cli.Context) image.Output {
+	return image.Output{W: e.stderr, Terminal: e.stderrTTY, Verbose: c.Bool("verbose")}
 }
 
 // version is set at build time (-ldflags "-X main.version=…"); otherwise

@@ -32,6 +32,7 @@ EXAMPLE:
 			&cli.BoolFlag{Name: "json", Usage: "one JSON object per check on stdout"},
 			&cli.StringFlag{Name: "network-helper", Usage: "check pasta or slirp4netns (default: the one aisb run would use)"},
 			baseImageFlag(),
+			verboseFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			r, _, err := resolveConfig(c, e, resolve{}, config.Overrides{BaseImage: c.String("base-image")})
@@ -43,7 +44,7 @@ EXAMPLE:
 				return err
 			}
 			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: ep,
-				Where: e.where, Paths: e.paths, Logf: e.logf, Progress: c.App.ErrWriter})
+				Where: e.where, Paths: e.paths, Logf: e.logf, Builds: e.builds(c)})
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				for _, ch := range rep.Checks {

@@ -44,6 +44,7 @@ EXAMPLE:
 					&cli.StringSliceFlag{Name: "allow", Usage: "also allow `HOST`; repeatable"},
 					&cli.StringSliceFlag{Name: "allow-ssh", Usage: "also let SSH reach port 22 of `HOST`; repeatable"},
 					baseImageFlag(),
+					verboseFlag(),
 				},
 				Action: func(c *cli.Context) error { return gateUp(c, e) },
 			},
@@ -94,7 +95,7 @@ func gateUp(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	defer conn.Close()
-	img, _, err := image.Ensure(conn, gate.ImageSpec(r.Config.Sandbox.BaseImage), image.Build{LockDir: e.paths.LockDir(), Progress: c.App.ErrWriter, Logf: e.logf})
+	img, _, err := image.Ensure(conn, gate.ImageSpec(r.Config.Sandbox.BaseImage), image.Build{LockDir: e.paths.LockDir(), Output: e.builds(c), Logf: e.logf})
 	if err != nil {
 		return err
 	}

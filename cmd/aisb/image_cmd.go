@@ -35,6 +35,7 @@ EXAMPLE:
 					projectFlag(),
 					&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell (default: sandbox.harness)"},
 					baseImageFlag(),
+					verboseFlag(),
 				},
 				Action: func(c *cli.Context) error { return imageBuild(c, e) },
 			},
@@ -72,7 +73,7 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 	defer conn.Close()
 	for _, spec := range []image.Spec{sandbox.ImageSpec(r.Config.Sandbox.BaseImage, h, epBytes), gate.ImageSpec(r.Config.Sandbox.BaseImage)} {
 		start := time.Now()
-		tag, built, err := image.Ensure(conn, spec, image.Build{LockDir: e.paths.LockDir(), Progress: c.App.ErrWriter, Logf: e.logf})
+		tag, built, err := image.Ensure(conn, spec, image.Build{LockDir: e.paths.LockDir(), Output: e.builds(c), Logf: e.logf})
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,7 @@ EXAMPLE:
 			&cli.StringSliceFlag{Name: "env", Usage: "pass `NAME` from your environment, or set NAME=VALUE; repeatable"},
 			&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell"},
 			baseImageFlag(),
+			verboseFlag(),
 			&cli.StringFlag{Name: "network-helper", Usage: "pasta or slirp4netns (default: pasta where available)"},
 			&cli.StringFlag{Name: "gate", Usage: "use the long-lived gate `NAME` (see aisb gate up) instead of a session gate"},
 			&cli.IntFlag{Name: "pids", Usage: "at most `N` processes"},
@@ -109,7 +110,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), AllowProjectSockets: c.Bool("allow-project-sockets"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
-		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace,
+		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace, Builds: e.builds(c),
 		Logf: e.logf, Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {
@@ -119,6 +120,11 @@ func runAction(c *cli.Context, e *appEnv) error {
 		return exitWith(code, errSilent)
 	}
 	return nil
+}
+
+// verboseFlag is on every command that may build an image.
+func verboseFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "verbose", Usage: "show an image build's whole log as it runs (by default only its steps, and the log when it fails)"}
 }
 
 func baseImageFlag() cli.Flag {

@@ -1,0 +1,133 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+// derivedBase builds, as the test user, a base image from the offline one
+// with the Containerfile lines given, under a tag of its own removed when
+// the test ends (with the sandbox images aisb built on it).
+func derivedBase(t *testing.T, name, lines string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "aisb-derived-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	// A marker makes the base, and so the sandbox image on it, new: aisb
+	// must really build, not find an image from an earlier run.
+	cf := fmt.Sprintf("FROM %s\nRUN echo %d > /etc/aisb-test-derived\n%s\n", testhost.BaseImage, time.Now().UnixNano(), lines)
+	if err := os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tag := fmt.Sprintf("localhost/aisb-test-%s:%d", name, time.Now().UnixNano())
+	if r := testhost.Podman(t, "build", "-q", "-t", tag, dir); r.Code != 0 {
+		t.Fatalf("build %s: %s", tag, r)
+	}
+	t.Cleanup(func() {
+		// The sandbox images aisb built on it: buildah records the base.
+		r := testhost.Podman(t, "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=io.aisb.inputs")
+		for _, img := range strings.Fields(r.Stdout) {
+			on := testhost.Podman(t, "image", "inspect", "--format", `{{index .Annotations "org.opencontainers.image.base.name"}}`, img)
+			if strings.TrimSpace(on.Stdout) == tag {
+				testhost.Podman(t, "rmi", img)
+			}
+		}
+		testhost.Podman(t, "rmi", tag)
+	})
+	return tag
+}
+
+// TestBuildFailureShowsLog: a failing image build shows its whole log,
+// printable (the build's output is file and traffic content), and no
+// carriage return where stderr is not a terminal; the command never runs.
+func TestBuildFailureShowsLog(t *testing.T) {
+	// node is the first thing the sandbox's Containerfile runs; this one
+	// writes a line with a terminal title escape and fails the build.
+	base := derivedBase(t, "badnode", `RUN printf '#!/bin/sh\necho "node-marker \033]0;title\007 end" >&2\nexit 3\n' >/usr/bin/node && chmod 755 /usr/bin/node`)
+	a := newAisb(t, base, "")
+	r := a.run(t, "run", "--harness", "shell", "--net", "none", "--", "sh", "-c", "echo command-ran")
+	if r.Code == 0 || strings.Contains(r.Stdout, "command-ran") {
+		t.Fatalf("the build should have failed and the command not run: %s", r)
+	}
+	for _, want := range []string{
+		"aisb: building aisb-sandbox-shell (",            // the steps, one plain line each
+		"aisb: building aisb-sandbox-shell failed after", // the failure
+		"    node-marker ?]0;title? end",                 // the log, printable
+		"    STEP 2/10: RUN set -e; missing=\"\";",       // the whole log, with its steps
+		"aisb: build localhost/aisb-sandbox-shell:",      // and the error
+	} {
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.Stderr)
+		}
+	}
+	t.Logf("stderr of the failed build:\n%s", r.Stderr)
+	if strings.ContainsAny(r.Stderr, "\x1b\x07\r") {
+		t.Errorf("stderr (not a terminal) holds an escape or a carriage return: %q", r.Stderr)
+	}
+}
+
+// TestBuildQuietUnlessVerbose: a build that succeeds shows its steps and
+// how long it took, not its log; with --verbose it shows the log. The
+// control for TestBuildFailureShowsLog: a log line there is not one that
+// always shows.
+func TestBuildQuietUnlessVerbose(t *testing.T) {
+	for _, verbose := range []bool{false, true} {
+		t.Run(fmt.Sprint("verbose=", verbose), func(t *testing.T) {
+			// Each a base of its own: each run builds.
+			base := derivedBase(t, "quiet", "")
+			a := newAisb(t, base, "")
+			args := []string{"run", "--harness", "shell", "--net", "none"}
+			if verbose {
+				args = append(args, "--verbose")
+			}
+			r := a.run(t, append(args, "--", "echo", "command-ran")...)
+			if r.Code != 0 || !strings.Contains(r.Stdout, "command-ran") {
+				t.Fatalf("%s", r)
+			}
+			if !strings.Contains(r.Stderr, "aisb: built aisb-sandbox-shell in ") {
+				t.Errorf("no line saying the image was built:\n%s", r.Stderr)
+			}
+			// "COMMIT" is buildah's log line at the end of every build.
+			if got := strings.Contains(r.Stderr, "\nCOMMIT localhost/aisb-sandbox-shell:"); got != verbose {
+				t.Errorf("build log shown: %v, want %v (--verbose %v):\n%s", got, verbose, verbose, r.Stderr)
+			}
+			if steps := strings.Contains(r.Stderr, "aisb: building aisb-sandbox-shell ("); steps == verbose {
+				t.Errorf("step lines shown: %v with --verbose %v:\n%s", steps, verbose, r.Stderr)
+			}
+			if strings.Contains(r.Stderr, "\r") {
+				t.Errorf("carriage return where stderr is not a terminal: %q", r.Stderr)
+			}
+		})
+	}
+}
+
+// TestBuildProgressTerminal: on a real terminal a build shows one line,
+// updated in place with the step and the time, and leaves only the line
+// saying it was built: no step lines, no build log.
+func TestBuildProgressTerminal(t *testing.T) {
+	base := derivedBase(t, "tty", "")
+	a := newAisb(t, base, "")
+	env := []string{"TERM=xterm", "XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state, "AISB_BASE_IMAGE=" + base, "CONTAINER_HOST=" + testhost.Service(t)}
+	tm := testhost.NewTerminal(t, a.project, env, a.bin+" run --harness shell --net none -- echo command-ran")
+	tm.WaitFor("aisb: building aisb-sandbox-shell, ", 2*time.Minute) // the status line
+	tm.WaitFor("EXIT=0", 2*time.Minute)
+	screen := tm.Screen()
+	if !strings.Contains(screen, "aisb: built aisb-sandbox-shell in ") || !strings.Contains(screen, "command-ran") {
+		t.Errorf("no line saying the image was built, or the command did not run:\n%s", screen)
+	}
+	for _, not := range []string{"STEP ", "COMMIT", "aisb: building aisb-sandbox-shell,"} {
+		if strings.Contains(screen, not) {
+			t.Errorf("the terminal still shows %q: the line was not updated in place, or the log was shown:\n%s", not, screen)
+		}
+	}
+	t.Logf("the terminal after the build:\n%s", screen)
+}
