@@ -34,6 +34,10 @@ host:
 clean:
 	rm -rf bin test.log
 
-# Benchmarks of what the sandbox costs (figures in docs/performance.md).
+# Benchmarks of what the sandbox costs, side by side with podman itself and
+# with the peer sandbox srt (bench/setup.sh installs it): every figure with
+# its ratio and verdict, printed at the end (docs/performance.md holds them).
+# About 10 minutes; they load the machine, so run nothing else meanwhile.
 bench: host
-	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/
+	bash bench/setup.sh
+	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -count=1 -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/

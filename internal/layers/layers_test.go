@@ -54,6 +54,8 @@ var forbidden = map[string][]string{
 
 	// A leaf: the session's scan of the project for socket files.
 	"projectscan": {mod},
+	// The benchmarks' client inside a sandbox: a leaf.
+	"bench/probe": {mod},
 }
 
 func deps(t *testing.T, pkg string) []string {

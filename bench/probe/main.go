@@ -1,0 +1,203 @@
+// Command probe is the static client the benchmarks run inside a sandbox,
+// through the gate (the proxy named by HTTPS_PROXY, as any tool there uses
+// it) or directly (--net open), to time HTTPS requests to the test upstream.
+// It prints one JSON object on stdout; exit 1 on any failed request.
+//
+//	probe latency  -ca FILE -n N URL  each request on a new connection (a new CONNECT through the gate)
+//	probe download -ca FILE -n N URL  N downloads of URL side by side on one connection each
+//	probe stream   -ca FILE -n N URL  time to the first event of a server-sent event stream
+package main
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	ca := fs.String("ca", "", "PEM file of the CA the upstream's certificate is signed by")
+	n := fs.Int("n", 1, "how many requests")
+	warm := fs.Int("warm", 0, "requests made first and not counted")
+	fs.Parse(os.Args[2:])
+	if fs.NArg() != 1 || *ca == "" || *n < 1 {
+		usage()
+	}
+	pool, err := caPool(*ca)
+	if err != nil {
+		fail(err)
+	}
+	url := fs.Arg(0)
+	var out any
+	switch os.Args[1] {
+	case "latency":
+		out, err = latency(pool, url, *warm, *n)
+	case "download":
+		out, err = download(pool, url, *n)
+	case "stream":
+		out, err = stream(pool, url, *warm, *n)
+	default:
+		usage()
+	}
+	if err != nil {
+		fail(err)
+	}
+	json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: probe latency|download|stream -ca FILE [-n N] [-warm N] URL")
+	os.Exit(2)
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "probe: %v\n", err)
+	os.Exit(1)
+}
+
+func caPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no certificate", path)
+	}
+	return pool, nil
+}
+
+// client makes a client that goes through the environment's proxy, like
+// any tool in the sandbox, and verifies the upstream against the CA.
+// Without keep-alives every request opens its own connection.
+func client(pool *x509.CertPool, keepAlive bool) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:             http.ProxyFromEnvironment,
+		TLSClientConfig:   &tls.Config{RootCAs: pool},
+		DisableKeepAlives: !keepAlive,
+		// HTTP/1.1 both ways, as through the gate's tunnel.
+		TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+	}, Timeout: 10 * time.Minute}
+}
+
+func get(c *http.Client, url string) (int64, error) {
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return n, err
+}
+
+// Latency is each request's time from its start (connect, CONNECT through
+// the gate, TLS) to the end of its response, in microseconds.
+type Latency struct {
+	Micros []int64 `json:"micros"`
+}
+
+func latency(pool *x509.CertPool, url string, warm, n int) (Latency, error) {
+	c := client(pool, false)
+	var out Latency
+	for i := 0; i < warm+n; i++ {
+		start := time.Now()
+		if _, err := get(c, url); err != nil {
+			return out, err
+		}
+		if i >= warm {
+			out.Micros = append(out.Micros, time.Since(start).Microseconds())
+		}
+	}
+	return out, nil
+}
+
+// Download is n downloads side by side: the bytes received and the time from
+// the first start to the last end.
+type Download struct {
+	Bytes  int64   `json:"bytes"`
+	Second float64 `json:"seconds"`
+}
+
+func download(pool *x509.CertPool, url string, n int) (Download, error) {
+	c := client(pool, false)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		total int64
+		errs  []error
+	)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := get(c, url)
+			mu.Lock()
+			total += got
+			errs = append(errs, err)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return Download{Bytes: total, Second: time.Since(start).Seconds()}, errors.Join(errs...)
+}
+
+// Stream is, for each request on a new connection, the time from its start
+// to the first event's data line, and from the request's last byte written
+// to the response's first byte (what a buffering proxy would delay), in
+// microseconds.
+type Stream struct {
+	FirstEvent []int64 `json:"first_event_micros"`
+	FirstByte  []int64 `json:"first_byte_after_request_micros"`
+}
+
+func stream(pool *x509.CertPool, url string, warm, n int) (Stream, error) {
+	c := client(pool, false)
+	var out Stream
+	for i := 0; i < warm+n; i++ {
+		var wrote, first time.Time
+		trace := &httptrace.ClientTrace{
+			WroteRequest:         func(httptrace.WroteRequestInfo) { wrote = time.Now() },
+			GotFirstResponseByte: func() { first = time.Now() },
+		}
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			return out, err
+		}
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			return out, err
+		}
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		event := time.Now()
+		// The rest of the stream is not waited for: closing ends it.
+		resp.Body.Close()
+		if err != nil || !strings.HasPrefix(line, "data: ") {
+			return out, fmt.Errorf("GET %s: first line %q: %v", url, line, err)
+		}
+		if i >= warm {
+			out.FirstEvent = append(out.FirstEvent, event.Sub(start).Microseconds())
+			out.FirstByte = append(out.FirstByte, first.Sub(wrote).Microseconds())
+		}
+	}
+	return out, nil
+}

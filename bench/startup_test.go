@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+// srtVersion is the sandbox-runtime bench/setup.sh installs, and srtBin where.
+const srtVersion = "0.0.83"
+
+var srtBin = "/var/cache/aisb-bench/srt-" + srtVersion + "/node_modules/.bin/srt"
+
+// A startCase is one way of starting a sandbox that runs `true`.
+type startCase struct {
+	name string
+	run  func() (stderr string, err error)
+}
+
+// BenchmarkStartup: `aisb run -- true` in each network mode, with and
+// without a Podman service of the user's listening, against the same
+// container started by podman itself and against the same command under
+// sandbox-runtime (srt), interleaved so every case sees the same machine.
+func BenchmarkStartup(b *testing.B) {
+	u := newUser(b)
+	uri := testhost.Service(b)
+	img := sandboxImage(b, uri)
+	if err := u.aisb(b, uri, "gate", "up", "bench"); err != nil {
+		b.Fatal(err)
+	}
+	defer u.aisb(b, uri, "gate", "down", "bench")
+	aisb := func(service string, args ...string) func() (string, error) {
+		return func() (string, error) {
+			_, stderr, err := u.output(service, append(append([]string{"run", "--harness", "shell"}, args...), "--", "true")...)
+			return stderr, err
+		}
+	}
+	podman := func(args ...string) func() (string, error) {
+		return func() (string, error) { return "", podmanCLI(args...)() }
+	}
+	cases := []startCase{
+		{"podman-pasta", podman("run", "--rm", "--network=pasta", "--entrypoint=true", img)},
+		{"podman-none", podman("run", "--rm", "--network=none", "--entrypoint=true", img)},
+		{"allow", aisb("")},
+		{"allow-service", aisb(uri)},
+		{"gate", aisb("", "--gate", "bench")},
+		{"gate-service", aisb(uri, "--gate", "bench")},
+		{"none", aisb("", "--net", "none")},
+		{"none-service", aisb(uri, "--net", "none")},
+	}
+	srtRun, srtWhy := srt(b, u)
+	if srtRun != nil {
+		cases = append(cases, startCase{"srt", srtRun})
+	}
+	times := map[string][]time.Duration{}
+	var traces []string
+	for i := -1; i < runs; i++ { // run -1 warms up
+		for _, c := range cases {
+			start := time.Now()
+			stderr, err := c.run()
+			if err != nil {
+				b.Fatalf("%s: %v", c.name, err)
+			}
+			if i < 0 {
+				continue
+			}
+			times[c.name] = append(times[c.name], time.Since(start))
+			if c.name == "allow" {
+				traces = append(traces, stderr)
+			}
+		}
+	}
+	med := func(name string) time.Duration { return median(times[name]) }
+	row := func(what, name, baseText, base string, g goal) {
+		r := float64(med(name)) / float64(med(base))
+		report(figure{part: partStartup, what: what, measured: fmtMs(med(name)), baseline: fmt.Sprintf("%s: %s", baseText, fmtMs(med(base))), ratio: r, goal: g, value: r})
+	}
+	pasta, none := "`podman run --rm --network=pasta IMAGE true`", "`podman run --rm --network=none IMAGE true`"
+	row("start-up, `aisb run --net allow -- true`, no Podman service running", "allow", pasta, "podman-pasta", atMost(1.3, "≤ 1.3"))
+	row("the same, the user's Podman service listening", "allow-service", pasta, "podman-pasta", atMost(1.3, "≤ 1.3"))
+	row("start-up, `aisb run --gate NAME -- true` (long-lived gate), no service", "gate", pasta, "podman-pasta", atMost(1.1, "≤ 1.1"))
+	row("the same, the user's Podman service listening", "gate-service", pasta, "podman-pasta", atMost(1.1, "≤ 1.1"))
+	row("start-up, `aisb run --net none -- true`, no service", "none", none, "podman-none", atMost(1.1, "≤ 1.1"))
+	row("the same, the user's Podman service listening", "none-service", none, "podman-none", atMost(1.1, "≤ 1.1"))
+	srtWhat := "start-up, `srt -- true` (sandbox-runtime " + srtVersion + ", allowedDomains: allowed.test)"
+	vsSrt := "aisb against the peer: `aisb run --net allow -- true`, no service"
+	if srtRun == nil {
+		notMeasured(partStartup, srtWhat, pasta, noGoal, srtWhy)
+		notMeasured(partStartup, vsSrt, "`srt -- true`", atMost(0.5, "≤ 0.5"), srtWhy)
+	} else {
+		row(srtWhat, "srt", pasta, "podman-pasta", noGoal)
+		row(vsSrt, "allow", "`srt -- true`", "srt", atMost(0.5, "≤ 0.5"))
+	}
+	phases(traces, med("allow"))
+}
+
+func fmtMs(d time.Duration) string { return fmt.Sprintf("%.0f ms", ms(d)) }
+
+// srt returns how to run `srt -- true` as the test user in the project
+// directory, with an allowlist like the session's, or why it cannot run. A
+// control run first proves srt really isolates (a network namespace of its
+// own), so its figure is that of a sandbox, not of a wrapper that failed open.
+func srt(b *testing.B, u *user) (func() (string, error), string) {
+	b.Helper()
+	if _, err := os.Stat(srtBin); err != nil {
+		return nil, fmt.Sprintf("srt %s is not installed at %s (bench/setup.sh installs it)", srtVersion, srtBin)
+	}
+	settings := filepath.Join(u.project, "srt-settings.json")
+	if err := os.WriteFile(settings, []byte(`{"network":{"allowedDomains":["allowed.test"],"deniedDomains":[]},"filesystem":{"denyRead":[],"allowWrite":["."],"denyWrite":[]}}`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	run := func(argv ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := testhost.UserCommand(ctx, argv...)
+		cmd.Dir = u.project
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(out), fmt.Errorf("%v: %v: %s", argv, err, firstLine(string(out)))
+		}
+		return string(out), nil
+	}
+	outside, err := run("readlink", "/proc/self/ns/net")
+	if err != nil {
+		b.Fatal(err)
+	}
+	inside, err := run(srtBin, "--settings", settings, "-c", "readlink /proc/self/ns/net")
+	if err != nil {
+		return nil, fmt.Sprintf("srt fails here: %v", err)
+	}
+	if strings.TrimSpace(inside) == strings.TrimSpace(outside) || !strings.HasPrefix(strings.TrimSpace(inside), "net:") {
+		return nil, fmt.Sprintf("srt ran its command without a network namespace of its own (%q)", firstLine(inside))
+	}
+	return func() (string, error) { return run(srtBin, "--settings", settings, "true") }, ""
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return l
+}
+
+// traceLine is what AISB_TRACE=1 prints at the end of each phase.
+var traceLine = regexp.MustCompile(`aisb: trace: +([0-9.]+) ms (.+)`)
+
+// phases notes where a session's start-up goes: the median of each traced
+// phase over the runs, and what lies outside the traced part.
+func phases(traces []string, wall time.Duration) {
+	var order []string
+	per := map[string][]time.Duration{}
+	var done []time.Duration
+	for _, t := range traces {
+		prev := 0.0
+		for _, m := range traceLine.FindAllStringSubmatch(t, -1) {
+			at, _ := strconv.ParseFloat(m[1], 64)
+			name := m[2]
+			if _, ok := per[name]; !ok {
+				order = append(order, name)
+			}
+			per[name] = append(per[name], time.Duration((at-prev)*float64(time.Millisecond)))
+			prev = at
+			if name == "done" {
+				done = append(done, time.Duration(at*float64(time.Millisecond)))
+			}
+		}
+	}
+	if len(order) == 0 {
+		note("\nNo AISB_TRACE phases were printed: the start-up's phases are not known.\n")
+		return
+	}
+	note("\n### Where `aisb run --net allow -- true` spends its time (no Podman service running; AISB_TRACE=1, medians of %d)\n\n", len(traces))
+	note("| phase (the trace's line at its end) | ms |\n|---|---|\n")
+	for _, name := range order {
+		note("| %s | %.1f |\n", name, ms(median(per[name])))
+	}
+	if len(done) > 0 {
+		note("| outside the trace: runuser, process start, configuration, exit | %.1f |\n", ms(wall-median(done)))
+	}
+	note("| whole command (median) | %.1f |\n", ms(wall))
+}
