@@ -30,7 +30,7 @@ import (
 	"github.com/aisb-dev/aisb/sandbox"
 )
 
-const runs = 10 // every start-up figure is a median of this many runs
+const runs = 7 // figures not said otherwise are a median of this many runs (or a multiple)
 
 var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
 
