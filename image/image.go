@@ -158,6 +158,8 @@ func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error)
 		PullPolicy:             define.PullIfMissing,
 		Layers:                 true,
 		RemoveIntermediateCtrs: true,
+		// A failed build leaves no container behind in the user's storage.
+		ForceRmIntermediateCtrs: true,
 	}}
 	p.startTicker(time.Second)
 	_, err = images.Build(c.Ctx, []string{filepath.Join(dir, "Containerfile")}, opts)

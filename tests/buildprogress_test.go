@@ -43,6 +43,16 @@ func derivedBase(t *testing.T, name, lines string) string {
 		}
 		testhost.Podman(t, "rmi", tag)
 	})
+	id := strings.TrimSpace(testhost.Podman(t, "image", "inspect", "--format", "{{.Id}}", tag).Stdout)
+	t.Cleanup(func() {
+		// aisb removes a failed build's container: none is left on the base.
+		r := testhost.Podman(t, "ps", "--all", "--external", "--no-trunc", "--format", "{{.ID}} {{.ImageID}}")
+		for _, l := range strings.Split(r.Stdout, "\n") {
+			if f := strings.Fields(l); len(f) == 2 && id != "" && strings.HasPrefix(id, f[1]) {
+				t.Errorf("a build left container %s of %s behind", f[0], tag)
+			}
+		}
+	})
 	return tag
 }
 
