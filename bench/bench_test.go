@@ -78,12 +78,18 @@ func (u *user) aisb(b *testing.B, serviceURI string, args ...string) error {
 // Podman service at serviceURI, or with none named ("": aisb finds or starts
 // one, as for a user without a running service), with AISB_TRACE=1.
 func (u *user) output(serviceURI string, args ...string) (stdout, stderr string, err error) {
+	return u.outputEnv(serviceURI, nil, args...)
+}
+
+// outputEnv is output with more variables in aisb's environment.
+func (u *user) outputEnv(serviceURI string, more []string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	env := append([]string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state, "AISB_BASE_IMAGE=" + testhost.BaseImage, "AISB_TRACE=1"}, u.helpers...)
 	if serviceURI != "" {
 		env = append(env, "CONTAINER_HOST="+serviceURI)
 	}
+	env = append(env, more...)
 	cmd := testhost.UserCommand(ctx, append(append(env, u.bin), args...)...)
 	cmd.Dir = u.project
 	var out, errb bytes.Buffer
