@@ -72,7 +72,8 @@ func TestBuildFailureShowsLog(t *testing.T) {
 		"aisb: building aisb-sandbox-shell (",            // the steps, one plain line each
 		"aisb: building aisb-sandbox-shell failed after", // the failure
 		"    node-marker ?]0;title? end",                 // the log, printable
-		"    STEP 2/10: RUN set -e; missing=\"\";",       // the whole log, with its steps
+		"    STEP 2/",                                    // the whole log, with its steps,
+		": RUN set -e; missing=\"\";",                    // the script of the step that failed
 		"aisb: build localhost/aisb-sandbox-shell:",      // and the error
 	} {
 		if !strings.Contains(r.Stderr, want) {
