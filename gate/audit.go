@@ -3,6 +3,7 @@ package gate
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -42,6 +43,12 @@ type Event struct {
 	Client  string    `json:"client,omitempty"`
 	Action  string    `json:"action,omitempty"` // policy_change and ask events
 	By      *Who      `json:"by,omitempty"`     // who changed the policy or answered
+	// TLS is what the gate did with a tunnel's TLS: splice (passed through
+	// unread), bump (decrypted: a credential host), terminate, peek.
+	TLS string `json:"tls,omitempty"`
+	// Credential names the credential the gate set on this request (the
+	// variable it came from); its value is never logged.
+	Credential string `json:"credential,omitempty"`
 }
 
 // Who is the process that changed a session's policy, as the kernel named it
@@ -55,15 +62,37 @@ type Who struct {
 // Blocked reports whether the event is a refusal of a request.
 func (e Event) Blocked() bool { return e.Event == EventBlocked }
 
+// ErrBookkeeping is returned for a line that records no decision: squid logs
+// a spliced tunnel twice, once when it hands the connection over (nothing
+// sent yet) and once when the tunnel closes; only the second is an event.
+var ErrBookkeeping = errors.New("a bookkeeping line, not a decision")
+
+// logVersion1 is the format before the TLS layer; lines of a long-lived
+// gate started by an older aisb are still read.
+const logVersion1 = "aisb1"
+
+// allowedRules are the rules that admit.
+var allowedRules = map[string]bool{RuleAllowed: true, RuleBumped: true, RuleCredential: true}
+
+// Allowed reports whether rule admits.
+func Allowed(rule string) bool { return allowedRules[rule] }
+
 // ParseLine reads one access-log line written with the gate's logformat:
 //
+//	aisb2 TIME SESSION CLIENT METHOD HOST PORT STATUS BYTES RESULT TLS CRED RULE
 //	aisb1 TIME SESSION CLIENT METHOD HOST PORT STATUS BYTES RULE
 //
 // HOST is squid's view of the destination and may, for a crafted request,
-// contain spaces: it is everything between METHOD and the last four fields.
+// contain spaces: it is everything between METHOD and the trailing fields.
 func ParseLine(line string) (Event, error) {
 	f := strings.Fields(line)
-	if len(f) < 10 || f[0] != LogVersion {
+	tail := 0
+	switch {
+	case len(f) >= 13 && f[0] == LogVersion:
+		tail = 7
+	case len(f) >= 10 && f[0] == logVersion1:
+		tail = 4
+	default:
 		return Event{}, fmt.Errorf("not a gate access-log line: %.80q", line)
 	}
 	secs, err := strconv.ParseFloat(f[1], 64)
@@ -71,25 +100,47 @@ func ParseLine(line string) (Event, error) {
 		return Event{}, fmt.Errorf("not a gate access-log line: time %.40q", f[1])
 	}
 	n := len(f)
+	t := f[n-tail:] // PORT STATUS BYTES [RESULT TLS CRED] RULE
 	e := Event{
 		Time:    time.UnixMilli(int64(secs * 1000)).UTC(),
 		Session: f[2],
 		Client:  f[3],
 		Method:  f[4],
-		Host:    strings.Join(f[5:n-4], " "),
+		Host:    strings.Join(f[5:n-tail], " "),
 		Rule:    f[n-1],
+	}
+	var result string
+	if tail == 7 {
+		result, e.TLS, e.Credential = printable(t[3]), printable(t[4]), printable(t[5])
+		if e.TLS == "-" {
+			e.TLS = ""
+		}
+		if e.Credential == "-" {
+			e.Credential = ""
+		}
 	}
 	// Whatever a client managed to put into a field reaches the user's
 	// terminal through aisb audit: keep printable ASCII only.
 	e.Host, e.Method, e.Session, e.Client, e.Rule = printable(e.Host), printable(e.Method), printable(e.Session), printable(e.Client), printable(e.Rule)
-	e.Port, _ = strconv.Atoi(f[n-4])   // "-" when squid had no port
-	e.Status, _ = strconv.Atoi(f[n-3]) // "-" or 0 when no reply was sent
-	e.Bytes, _ = strconv.ParseInt(f[n-2], 10, 64)
+	e.Port, _ = strconv.Atoi(t[0])   // "-" when squid had no port
+	e.Status, _ = strconv.Atoi(t[1]) // "-" or 0 when no reply was sent
+	e.Bytes, _ = strconv.ParseInt(t[2], 10, 64)
 	if e.Rule == "-" || e.Rule == "" {
 		e.Rule = RuleUntagged
 	}
+	if tail == 7 && e.Method == "CONNECT" && Allowed(e.Rule) {
+		// A tunnel admitted at CONNECT then meets the TLS step. Squid logs
+		// a tunnel it terminated there as status 200 with 0 bytes: never
+		// read that as allowed.
+		switch {
+		case e.TLS == "splice" && strings.HasPrefix(result, "NONE") && e.Bytes == 0:
+			return e, ErrBookkeeping
+		case e.TLS != "splice" && e.TLS != "bump":
+			e.Rule = RuleTerminated
+		}
+	}
 	e.Event = EventBlocked
-	if e.Rule == RuleAllowed {
+	if Allowed(e.Rule) {
 		e.Event = EventAllowed
 	}
 	return e, nil
@@ -103,27 +154,45 @@ func Follow(ctx context.Context, path, session string, out io.Writer) error {
 	// squid can write its directory: the log is opened without following a
 	// link, must be a regular file, and what is converted is freed.
 	return tail.FollowAndFree(ctx, path, func(line []byte) error {
-		if err := enc.Encode(eventFor(string(line), session)); err != nil {
+		e, ok := eventFor(string(line), session)
+		if !ok {
+			return nil
+		}
+		if err := enc.Encode(e); err != nil {
 			return fmt.Errorf("write audit: %w", err)
 		}
 		return nil
 	})
 }
 
-// eventFor never drops a line: one the parser cannot read is a blocked event.
-func eventFor(line, session string) Event {
+// eventFor drops only squid's bookkeeping lines: one the parser cannot read
+// is a blocked event.
+func eventFor(line, session string) (Event, bool) {
 	e, err := ParseLine(line)
-	if err != nil {
-		return Event{Time: time.Now().UTC(), Session: session, Event: EventBlocked, Rule: RuleMalformed, Host: "-"}
+	switch {
+	case errors.Is(err, ErrBookkeeping):
+		return e, false
+	case err != nil:
+		return Event{Time: time.Now().UTC(), Session: session, Event: EventBlocked, Rule: RuleMalformed, Host: "-"}, true
 	}
-	return e
+	return e, true
 }
 
 // Advice says how to allow what an event blocked, or why no allowlist entry can.
 func Advice(e Event) string {
 	switch e.Rule {
-	case RuleAllowed:
+	case RuleAllowed, RuleBumped, RuleCredential:
 		return ""
+	case RuleSNIMismatch:
+		return fmt.Sprintf("the TLS handshake inside the tunnel to %s named another host (SNI); a tunnel carries only the name it was opened for. To reach that host, allow it and connect to it by name", e.Host)
+	case RuleNoSNI:
+		return fmt.Sprintf("the TLS handshake inside the tunnel to %s named no host (SNI); the gate passes only handshakes naming the tunnel's host. No allowlist entry lifts this: use a client that sends SNI", e.Host)
+	case RuleNotTLS:
+		return fmt.Sprintf("the tunnel to %s:%d did not carry TLS; tunnels are for HTTPS only. No allowlist entry lifts this", e.Host, e.Port)
+	case RuleTerminated:
+		return fmt.Sprintf("the tunnel to %s was closed at its TLS handshake before anything passed (the client left, or the handshake could not be read)", e.Host)
+	case RuleWebsocket:
+		return fmt.Sprintf("websockets do not pass a credential host's decrypted connection (%s); no allowlist entry lifts this", e.Host)
 	case RuleNotListed:
 		// The host came from traffic: it is a command only when it is an
 		// allowlist entry as it stands, never shell text.

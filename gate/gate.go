@@ -51,6 +51,12 @@ type Options struct {
 	// socket; it is mounted read-only at /ask and the gate asks through it
 	// about names its list does not hold.
 	HelperDir string
+	// Credentials the gate sets for their hosts (see Credential); their
+	// values reach squid.conf only, which only the gate can read.
+	Credentials []Credential
+	// UpstreamCAs are PEM files of CAs bumped upstreams may chain to, besides
+	// the host's trust store (network.upstream_ca of the user's config).
+	UpstreamCAs []string
 }
 
 // Where a session gate finds its helper, in HelperDir.
@@ -66,6 +72,9 @@ type Gate struct {
 	Session string
 	Port    int    // on the host's 127.0.0.1
 	Dir     string // the session directory: squid.conf, access.log, cache.log
+	// CACert is the session CA (PEM) the sandbox must trust for credential
+	// hosts; nil when the gate bumps nothing.
+	CACert []byte
 }
 
 // ContainerName is the gate container's name for a session.
@@ -100,22 +109,37 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if o.HelperDir != "" {
 		cfg.Helper = &Helper{Program: helperMount + "/" + HelperProgram, Socket: helperMount + "/" + HelperSocket}
 	}
+	// A stale pid file (a killed gate) stops the next squid from starting.
+	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
+		os.Remove(filepath.Join(o.Dir, f))
+	}
+	caCert, defaultCA, err := WriteTLSFiles(o.Dir, o.Credentials, o.UpstreamCAs)
+	if err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	cfg.Credentials, cfg.DefaultCA = o.Credentials, defaultCA
 	conf, err := Render(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
-	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
-		os.Remove(filepath.Join(o.Dir, f))
-	}
-	// squid can write its directory: never write through a link there.
-	if err := safefile.Write(filepath.Join(o.Dir, "squid.conf"), []byte(conf), 0o644); err != nil {
+	// squid.conf may hold credentials: readable by the gate's user alone
+	// (the host user, mapped to proxy inside the gate), and never written
+	// through a link (squid can write its directory).
+	if err := writePrivate(filepath.Join(o.Dir, "squid.conf"), []byte(conf)); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
 	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, Dir: o.Dir}
+	if len(o.Credentials) > 0 {
+		g.CACert = caCert
+	}
 
 	s := specgen.NewSpecGenerator(o.Image, false)
 	s.Name = g.Name
 	s.Command = []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
+	if len(o.Credentials) > 0 {
+		// squid's certificate store must exist, made by its own tool, before it starts.
+		s.Command = []string{"/bin/sh", "-c", fmt.Sprintf("/usr/lib/squid/security_file_certgen -c -s %s/%s -M 4MB >/dev/null && exec squid -N -f %s/squid.conf", dirInContainer, certDBDir, dirInContainer)}
+	}
 	// SIGINT makes squid close its connections and exit at once; SIGTERM
 	// waits shutdown_lifetime and often outlasts podman's stop timeout.
 	s.StopSignal = ptr(syscall.SIGINT)

@@ -70,6 +70,10 @@ func TestSquidParse(t *testing.T) {
 		"both+dns":  {Allowlist: hosts(t, ".allowed.test", "198.51.100.10"), DNS: dns},
 		"ssh":       {Allowlist: hosts(t, "allowed.test", "198.51.100.10"), SSHHosts: hosts(t, "git.test", ".forge.test")},
 		"ssh only":  {SSHHosts: hosts(t, "git.test")},
+		"credentials": {Allowlist: hosts(t, "api.allowed.test", ".domain.test"), Credentials: []gate.Credential{
+			{Name: "TEST_KEY", Host: hosts(t, "api.allowed.test")[0], Header: "x-api-key", Value: "k-1%2"},
+			{Name: "TEST_BEARER", Host: hosts(t, "api.allowed.test")[0], Header: "authorization", Value: "Bearer b-1"},
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg.Session, cfg.Port, cfg.Dir, cfg.Host = "parse-test", 3128, "/gate", host
@@ -78,8 +82,11 @@ func TestSquidParse(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir := testhost.UserDir(t)
+			if _, _, err := gate.WriteTLSFiles(dir, cfg.Credentials, nil); err != nil {
+				t.Fatal(err)
+			}
 			os.WriteFile(filepath.Join(dir, "squid.conf"), []byte(conf), 0o644)
-			r := testhost.Podman(t, "run", "--rm", "--network=none", "-v", dir+":/gate:ro", img, "squid", "-k", "parse", "-f", "/gate/squid.conf")
+			r := testhost.Podman(t, "run", "--rm", "--network=none", "--userns=keep-id:uid=13,gid=13", "--user", "proxy", "-v", dir+":/gate:ro", img, "squid", "-k", "parse", "-f", "/gate/squid.conf")
 			if r.Code != 0 {
 				t.Fatalf("squid -k parse: %s", r)
 			}

@@ -14,7 +14,7 @@ import (
 
 // LogVersion is the first field of every access-log line the gate writes;
 // the audit parser refuses lines of any other version.
-const LogVersion = "aisb1"
+const LogVersion = "aisb2"
 
 // Rules name the http_access line that decided a request; the access log
 // records them and the audit explains them.
@@ -41,6 +41,12 @@ type Config struct {
 	DNS       []netip.Addr     // resolvers instead of the host's; empty: the host's
 	Host      netaddr.Host     // the host's own addresses, refused like internal ones
 	Helper    *Helper          // asks the session's aisb about unlisted names; nil: none
+	// Credentials are set by the gate on HTTPS requests to their hosts,
+	// which it bumps with the session CA; none: nothing is ever decrypted.
+	Credentials []Credential
+	// DefaultCA adds squid's own trust store for bumped upstreams (used when
+	// the host's store was not found).
+	DefaultCA bool
 }
 
 // Helper is the external ACL helper a session gate consults for names its
@@ -73,6 +79,9 @@ func Render(c Config) (string, error) {
 			}
 		}
 	}
+	if err := checkCredentials(c.Credentials); err != nil {
+		return "", fmt.Errorf("render gate config: %w", err)
+	}
 	var names, addrs []string
 	for _, h := range c.Allowlist {
 		// Not a second parse for meaning: a guard where a host becomes
@@ -103,7 +112,13 @@ func Render(c Config) (string, error) {
 	line("")
 	line("# Listen on the host's loopback only; the sandbox reaches it through its")
 	line("# network helper's mapped host address.")
-	line("http_port 127.0.0.1:%d", c.Port)
+	line("# ssl-bump: every CONNECT's TLS handshake is checked (see the TLS part);")
+	line("# certificates are generated, from the session CA, for credential hosts only.")
+	generate := "off"
+	if len(c.Credentials) > 0 {
+		generate = "on"
+	}
+	line("http_port 127.0.0.1:%d ssl-bump tls-cert=%s/%s tls-key=%s/%s generate-host-certificates=%s dynamic_cert_mem_cache_size=1MB", c.Port, c.Dir, caCertFile, c.Dir, caKeyFile, generate)
 	line("pid_filename %s/squid.pid", c.Dir)
 	line("cache_log %s/cache.log", c.Dir)
 	line("")
@@ -126,8 +141,9 @@ func Render(c Config) (string, error) {
 	line("")
 	line("# Every line of the access log: version, time, session, client, method,")
 	line("# the host and port squid used (not the Host header), status, bytes sent")
-	line("# to the client, and the rule that decided.")
-	line("logformat gate_audit %s %%ts.%%03tu %s %%>a %%rm %%>rd %%>rP %%>Hs %%<st %%{rule}note", LogVersion, c.Session)
+	line("# to the client, squid's result and hierarchy, what the TLS step did, the")
+	line("# credential set (its name, never its value), and the rule that decided.")
+	line("logformat gate_audit %s %%ts.%%03tu %s %%>a %%rm %%>rd %%>rP %%>Hs %%<st %%Ss:%%Sh %%ssl::bump_mode %%{cred}note %%{rule}note", LogVersion, c.Session)
 	line("access_log stdio:%s/access.log gate_audit", c.Dir)
 	line("buffered_logs off")
 	line("")
@@ -158,6 +174,7 @@ func Render(c Config) (string, error) {
 		line("acl gate_live external gate_live_helper")
 		live = " !gate_live"
 	}
+	renderTLSACLs(line, c.Dir, names, c.Credentials)
 	line("")
 	line("# Tags: always match, so each is put last on its line and records the rule.")
 	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed} {
@@ -188,8 +205,10 @@ func Render(c Config) (string, error) {
 		line("http_access deny%s%s gate_rule_%s", sshListed, live, RuleNotListed)
 	}
 	line("http_access deny gate_internal gate_rule_%s", RuleInternal)
+	renderCredentialAccess(line, c.Credentials)
 	line("http_access allow gate_rule_%s", RuleAllowed)
 	line("http_access deny all")
+	renderTLSRules(line, c.Dir, names, c.Credentials, c.DefaultCA)
 	return b.String(), nil
 }
 

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"errors"
 	"flag"
 	"net/netip"
 	"os"
@@ -103,8 +104,45 @@ func TestParseLine(t *testing.T) {
 	if err != nil || e.Host != "evil?]0;pwned?.test" {
 		t.Errorf("control bytes reach the terminal: %q %v", e.Host, err)
 	}
-	if e := eventFor("garbage", "s"); e.Event != EventBlocked || e.Rule != RuleMalformed {
+	if e, ok := eventFor("garbage", "s"); !ok || e.Event != EventBlocked || e.Rule != RuleMalformed {
 		t.Errorf("malformed line: %+v", e)
+	}
+}
+
+// TestParseTLSLines: lines as squid-openssl writes them for the TLS step
+// (measured); a tunnel terminated at the TLS step is never read as allowed.
+func TestParseTLSLines(t *testing.T) {
+	for _, c := range []struct {
+		line        string
+		event, rule string
+		bookkeeping bool
+	}{
+		{"aisb2 1796060311.625 s 127.0.0.1 CONNECT allowed.test 443 200 2262 TCP_TUNNEL:HIER_DIRECT splice - allowed", EventAllowed, RuleAllowed, false},
+		{"aisb2 1796060311.610 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE splice - allowed", "", "", true},
+		{"aisb2 1796060311.634 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - sni_mismatch", EventBlocked, RuleSNIMismatch, false},
+		{"aisb2 1796060311.638 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - no_sni", EventBlocked, RuleNoSNI, false},
+		{"aisb2 1796060311.654 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE peek - not_tls", EventBlocked, RuleNotTLS, false},
+		// Terminated without a tag of ours, or never reaching the TLS step.
+		{"aisb2 1796060311.654 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - allowed", EventBlocked, RuleTerminated, false},
+		{"aisb2 1796060311.654 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE - - allowed", EventBlocked, RuleTerminated, false},
+		{"aisb2 1796060390.850 s 127.0.0.1 CONNECT api.allowed.test 443 200 0 NONE_NONE:HIER_DIRECT bump - bumped", EventAllowed, RuleBumped, false},
+		{"aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 200 227 TCP_MISS:HIER_DIRECT bump TEST_KEY credential", EventAllowed, RuleCredential, false},
+		{"aisb2 1796060390.917 s 127.0.0.1 GET evil host 443 403 10 NONE_NONE:HIER_NONE - - not_listed", EventBlocked, RuleNotListed, false},
+	} {
+		e, err := ParseLine(c.line)
+		if c.bookkeeping {
+			if !errors.Is(err, ErrBookkeeping) {
+				t.Errorf("%q: %+v %v, want bookkeeping", c.line, e, err)
+			}
+			continue
+		}
+		if err != nil || e.Event != c.event || e.Rule != c.rule {
+			t.Errorf("%q: %+v %v, want %s %s", c.line, e, err, c.event, c.rule)
+		}
+	}
+	e, _ := ParseLine("aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 200 227 TCP_MISS:HIER_DIRECT bump TEST_KEY credential")
+	if e.Credential != "TEST_KEY" || e.TLS != "bump" || e.Host != "api.allowed.test" || e.Bytes != 227 {
+		t.Errorf("credential line: %+v", e)
 	}
 }
 
@@ -115,15 +153,17 @@ func FuzzParseLine(f *testing.F) {
 	f.Add("aisb1 1764415320.123 sess 127.0.0.1 - - - 0 0 -")
 	f.Add("aisb1 1e300 s c m h p s b r")
 	f.Add("aisb1 -1 \x00 \xff GET a b c d allowed")
+	f.Add("aisb2 1796060311.610 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - allowed")
+	f.Add("aisb2 1 s c CONNECT h 443 200 0 NONE_NONE:HIER_NONE splice \x1b bumped")
 	f.Fuzz(func(t *testing.T, line string) {
 		e, err := ParseLine(line)
 		if err != nil {
 			return
 		}
-		if (e.Event == EventAllowed) != (e.Rule == RuleAllowed) {
+		if (e.Event == EventAllowed) != Allowed(e.Rule) {
 			t.Fatalf("event %q with rule %q", e.Event, e.Rule)
 		}
-		for _, field := range []string{e.Host, e.Method, e.Session, e.Client, e.Rule} {
+		for _, field := range []string{e.Host, e.Method, e.Session, e.Client, e.Rule, e.TLS, e.Credential} {
 			for _, c := range []byte(field) {
 				if c < 0x20 || c > 0x7e {
 					t.Fatalf("unprintable byte %#x in %q", c, field)
@@ -230,5 +270,98 @@ func TestRenderHelperOnlyForUnlisted(t *testing.T) {
 	}
 	if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Helper: &Helper{Program: "/ask/x y", Socket: "/s"}}); err == nil {
 		t.Error("a helper path with a space was rendered")
+	}
+}
+
+func cred(t *testing.T, name, host, header, value string) Credential {
+	t.Helper()
+	h, err := allowlist.ParseHost(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Credential{Name: name, Host: h, Header: header, Value: value}
+}
+
+func TestRenderCredentialsGolden(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"api.anthropic.com", "api.openai.com", ".github.com"})
+	conf, err := Render(Config{
+		Session: "golden", Port: 41234, Dir: "/gate", Allowlist: hosts,
+		Credentials: []Credential{
+			cred(t, "ANTHROPIC_API_KEY", "api.anthropic.com", "x-api-key", "sk-100%-secret"),
+			cred(t, "OPENAI_API_KEY", "api.openai.com", "authorization", "Bearer sk-other"),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "squid-credentials.conf.golden")
+	if *update {
+		os.WriteFile(path, []byte(conf), 0o644)
+	}
+	want, _ := os.ReadFile(path)
+	if conf != string(want) {
+		t.Errorf("rendered config differs from %s; rerun with -update after reading the diff", path)
+	}
+	if !strings.Contains(conf, `request_header_add x-api-key "sk-100%%-secret" `) {
+		t.Error("a % in a credential is not escaped for squid's logformat quoting")
+	}
+}
+
+// TestRenderTLSOrder: every tunnel is peeked; each splice and bump needs the
+// SNI helper's yes; anything else is terminated last.
+func TestRenderTLSOrder(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"a.example", ".b.example"})
+	conf, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts,
+		Credentials: []Credential{cred(t, "K", "a.example", "x-api-key", "v")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bump []string
+	for _, l := range strings.Split(conf, "\n") {
+		if strings.HasPrefix(l, "ssl_bump") {
+			bump = append(bump, l)
+		}
+	}
+	if bump[0] != "ssl_bump peek gate_step1" || bump[len(bump)-1] != "ssl_bump terminate all gate_rule_sni_mismatch" {
+		t.Errorf("ssl_bump lines %q", bump)
+	}
+	for _, l := range bump {
+		if (strings.HasPrefix(l, "ssl_bump splice gate_target") || strings.HasPrefix(l, "ssl_bump bump")) && !strings.Contains(l, " gate_sni_present") {
+			t.Errorf("%q splices without the SNI helper's answer", l)
+		}
+	}
+	if !strings.Contains(conf, "ssl_bump bump gate_cred_target_0 gate_cred_sni_0 gate_sni_present gate_rule_bumped") {
+		t.Error("the credential host is not bumped")
+	}
+	if strings.Count(conf, "ssl_bump bump") != 1 {
+		t.Error("something other than the credential host is bumped")
+	}
+}
+
+func TestRenderRefusesBadCredentials(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"a.example"})
+	for name, c := range map[string]Credential{
+		"domain host":    cred(t, "K", ".a.example", "x-api-key", "v"),
+		"address host":   cred(t, "K", "192.0.2.7", "x-api-key", "v"),
+		"header newline": cred(t, "K", "a.example", "x-api-key\nhttp_access allow all", "v"),
+		"header space":   cred(t, "K", "a.example", "x api", "v"),
+		"value quote":    cred(t, "K", "a.example", "x-api-key", `v" all`+"\nhttp_access allow all"),
+		"value newline":  cred(t, "K", "a.example", "x-api-key", "v\nhttp_access allow all"),
+		"value backsl":   cred(t, "K", "a.example", "x-api-key", `v\`),
+		"value empty":    cred(t, "K", "a.example", "x-api-key", ""),
+		"name":           cred(t, "K K", "a.example", "x-api-key", "v"),
+	} {
+		_, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts, Credentials: []Credential{c}})
+		if err == nil {
+			t.Errorf("%s: rendered", name)
+			continue
+		}
+		if c.Value != "" && c.Value != "v" && strings.Contains(err.Error(), c.Value) {
+			t.Errorf("%s: the error shows the value: %v", name, err)
+		}
+	}
+	dup := []Credential{cred(t, "A", "a.example", "x-api-key", "v"), cred(t, "B", "a.example", "X-Api-Key", "w")}
+	if _, err := Render(Config{Session: "s", Port: 1, Dir: "/gate", Allowlist: hosts, Credentials: dup}); err == nil {
+		t.Error("two credentials for one header of one host rendered")
 	}
 }

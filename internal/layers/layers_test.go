@@ -12,11 +12,12 @@ const mod = "github.com/aisb-dev/aisb/"
 
 // forbidden lists, for each package, imports that must never appear among
 // its dependencies (direct or not). Floors, from the leaves up: contract,
-// allowlist, netaddr, state, harness, engine, tunnel, gitdirs; knownhosts,
-// ruleset, config, image;
+// allowlist, netaddr, state, harness, engine, tunnel, gitdirs, tlsca;
+// knownhosts, ruleset, config, image;
 // entrypoint, gate, sandbox, reaper; session, doctor; cmd.
 var forbidden = map[string][]string{
 	"contract":  {mod},
+	"tlsca":     {mod},
 	"netaddr":   {mod},
 	"state":     {mod},
 	"allowlist": {mod + "config", mod + "gate", mod + "ruleset", mod + "engine", mod + "harness"},

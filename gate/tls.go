@@ -1,0 +1,326 @@
+package gate
+
+import (
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/tlsca"
+)
+
+// Rules of the TLS layer: the gate peeks at every tunnel's ClientHello and
+// splices it only when the name in it (SNI) is admitted for the tunnel's own
+// target; credential hosts are bumped instead so the gate can set their key.
+const (
+	RuleSNIMismatch = "sni_mismatch" // the ClientHello names a host not admitted for the CONNECT target
+	RuleNoSNI       = "no_sni"       // a tunnel to a name whose ClientHello names no host
+	RuleNotTLS      = "not_tls"      // the tunnel did not start with a TLS ClientHello
+	RuleTerminated  = "terminated"   // squid closed the tunnel at the TLS step without a rule of ours
+	RuleBumped      = "bumped"       // a tunnel to a credential host, decrypted by the gate
+	RuleCredential  = "credential"   // an HTTPS request to a credential host; the gate set its header
+	RuleWebsocket   = "websocket"    // an upgrade to a websocket inside a bumped tunnel
+)
+
+// Paths inside the gate's directory (as squid sees it).
+const (
+	tlsDir         = "tls"
+	caCertFile     = tlsDir + "/ca.pem"        // the session CA the sandbox trusts
+	caKeyFile      = tlsDir + "/ca.key"        // its key; only in this directory, removed with it
+	upstreamCAFile = tlsDir + "/upstream.pem"  // the CAs bumped upstreams must chain to
+	sniHelperFile  = tlsDir + "/sni-helper.sh" // answers whether a ClientHello carried a name
+	certDBDir      = tlsDir + "/certs"         // squid's generated certificates
+)
+
+// sniHelper is squid's external ACL helper for "the ClientHello named a
+// host": squid's own ssl::server_name falls back to the CONNECT target when
+// the SNI is missing, so presence needs its own check. It reads one
+// %ssl::>sni per line ("-" when absent) and answers OK or ERR.
+const sniHelper = `while read -r sni rest; do
+	case "$sni" in -|"") echo ERR ;; *) echo OK ;; esac
+done
+`
+
+// Credential is one header the gate sets on HTTPS requests to one host.
+// Whatever the sandbox sent in that header is dropped, over HTTP and HTTPS.
+type Credential struct {
+	Name   string         // what the audit calls it (the environment name it came from)
+	Host   allowlist.Host // an exact host name: no domain, no address
+	Header string         // the header's name
+	Value  string         // the header's whole value, prefix included; never logged
+}
+
+// Credential errors, matched with errors.Is.
+var (
+	ErrCredentialHost   = errors.New("a credential host must be one exact name")
+	ErrCredentialHeader = errors.New("not an HTTP header name")
+	ErrCredentialValue  = errors.New("the value has characters squid.conf cannot carry")
+	ErrCredentialName   = errors.New("a credential name is letters, digits and _")
+)
+
+var (
+	headerRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]{0,63}$`)
+	credNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+)
+
+// Check says what is wrong with a credential; its error never contains the value.
+func (c Credential) Check() error {
+	if again, err := allowlist.ParseHost(c.Host.String()); err != nil || again != c.Host || c.Host.IsAddr() || c.Host.IsNet() || strings.HasPrefix(c.Host.String(), ".") {
+		return fmt.Errorf("credential %s: host %q: %w", c.Name, c.Host.String(), ErrCredentialHost)
+	}
+	if !credNameRE.MatchString(c.Name) {
+		return fmt.Errorf("credential %q: %w", c.Name, ErrCredentialName)
+	}
+	if !headerRE.MatchString(c.Header) {
+		return fmt.Errorf("credential %s: header %q: %w", c.Name, c.Header, ErrCredentialHeader)
+	}
+	if c.Value == "" || strings.TrimSpace(c.Value) != c.Value {
+		return fmt.Errorf("credential %s: the value is empty or has surrounding space: %w", c.Name, ErrCredentialValue)
+	}
+	for _, r := range c.Value {
+		// Printable ASCII but the quote and the backslash, which would end
+		// or escape squid's quoted string.
+		if r < 0x20 || r > 0x7e || r == '"' || r == '\\' {
+			return fmt.Errorf("credential %s: %w (only printable ASCII without \" or \\)", c.Name, ErrCredentialValue)
+		}
+	}
+	return nil
+}
+
+// hostKey and headerKey identify a credential's target for duplicates.
+func (c Credential) hostKey() string { return c.Host.String() + " " + strings.ToLower(c.Header) }
+
+// checkCredentials checks every credential and refuses two for one header of one host.
+func checkCredentials(creds []Credential) error {
+	seen := map[string]string{}
+	for _, c := range creds {
+		if err := c.Check(); err != nil {
+			return err
+		}
+		if other, ok := seen[c.hostKey()]; ok {
+			return fmt.Errorf("credentials %s and %s both set %s for %s; keep one", other, c.Name, c.Header, c.Host.String())
+		}
+		seen[c.hostKey()] = c.Name
+	}
+	return nil
+}
+
+// CredentialHosts are the distinct hosts of creds, in order.
+func CredentialHosts(creds []Credential) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range creds {
+		if h := c.Host.String(); !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// squidQuote escapes a value for a squid.conf quoted logformat string; Check
+// has already refused quotes, backslashes and control characters.
+func squidQuote(v string) string { return `"` + strings.ReplaceAll(v, "%", "%%") + `"` }
+
+// renderTLSACLs defines the ACLs of the TLS layer; they must precede the
+// http_access lines that use some of them. names are the allowlist's name
+// entries.
+func renderTLSACLs(line func(string, ...any), dir string, names []string, creds []Credential) {
+	line("")
+	line("# TLS: every tunnel's ClientHello is peeked at (not decrypted). It is")
+	line("# spliced only when it names a host (SNI) that the allowlist entry")
+	line("# admitting the CONNECT target also admits; credential hosts are bumped")
+	line("# (decrypted with the session CA) so the gate can set their header.")
+	line("acl gate_step1 at_step SslBump1")
+	line("external_acl_type gate_sni ttl=60 negative_ttl=60 children-max=1 children-startup=1 %%ssl::>sni /bin/sh %s/%s", dir, sniHelperFile)
+	line("acl gate_sni_present external gate_sni")
+	for _, r := range []string{RuleSNIMismatch, RuleNoSNI, RuleNotTLS, RuleBumped, RuleCredential, RuleWebsocket} {
+		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
+	}
+	for i, n := range names {
+		line("acl gate_target_%d dstdomain -n %s", i, n)
+		line("acl gate_sni_%d ssl::server_name %s", i, n)
+	}
+	if len(creds) == 0 {
+		return
+	}
+	line("acl gate_https proto HTTPS")
+	line("acl gate_upgrade req_header Upgrade .")
+	for i, h := range CredentialHosts(creds) {
+		line("acl gate_cred_target_%d dstdomain -n %s", i, h)
+		line("acl gate_cred_sni_%d ssl::server_name %s", i, h)
+	}
+	for i, c := range creds {
+		line("acl gate_cred_note_%d annotate_transaction cred=%s", i, c.Name)
+	}
+}
+
+// renderCredentialAccess writes the http_access lines for requests inside a
+// bumped tunnel; they come after every refusal and before the final allow.
+func renderCredentialAccess(line func(string, ...any), creds []Credential) {
+	if len(creds) == 0 {
+		return
+	}
+	line("http_access deny gate_https gate_upgrade gate_rule_%s", RuleWebsocket)
+	for i := range CredentialHosts(creds) {
+		line("http_access allow gate_https gate_cred_target_%d gate_rule_%s", i, RuleCredential)
+	}
+}
+
+// renderTLSRules writes the ssl_bump decisions and, for credential hosts,
+// the upstream checks and the headers. defaultCA says whether squid adds its
+// image's trust store for bumped upstreams (when the host's was not found).
+func renderTLSRules(line func(string, ...any), dir string, names []string, creds []Credential, defaultCA bool) {
+	line("")
+	line("# Every splice and bump line requires the helper's positive answer: a")
+	line("# helper that failed splices nothing.")
+	for i := range CredentialHosts(creds) {
+		line("sslproxy_cert_adapt setCommonName gate_cred_target_%d", i)
+	}
+	line("ssl_bump peek gate_step1")
+	line("ssl_bump splice gate_ip_literal !gate_sni_present")
+	line("ssl_bump terminate gate_ip_literal gate_rule_%s", RuleSNIMismatch)
+	line("ssl_bump terminate !gate_sni_present gate_rule_%s", RuleNoSNI)
+	for i := range CredentialHosts(creds) {
+		line("ssl_bump bump gate_cred_target_%d gate_cred_sni_%d gate_sni_present gate_rule_%s", i, i, RuleBumped)
+	}
+	for i := range names {
+		line("ssl_bump splice gate_target_%d gate_sni_%d gate_sni_present", i, i)
+	}
+	line("ssl_bump terminate all gate_rule_%s", RuleSNIMismatch)
+	line("on_unsupported_protocol respond all gate_rule_%s", RuleNotTLS)
+	if len(creds) == 0 {
+		return
+	}
+	line("")
+	line("# Bumped upstreams must chain to the host's trust store or network.upstream_ca.")
+	ca := "off"
+	if defaultCA {
+		ca = "on"
+	}
+	line("tls_outgoing_options cafile=%s/%s default-ca=%s min-version=1.2", dir, upstreamCAFile, ca)
+	line("sslcrtd_program /usr/lib/squid/security_file_certgen -s %s/%s -M 4MB", dir, certDBDir)
+	line("sslcrtd_children 2 startup=1 idle=1")
+	line("")
+	line("# Credentials: whatever the sandbox sent in the header is dropped; the")
+	line("# real value is added to HTTPS requests to the credential host only.")
+	hosts := CredentialHosts(creds)
+	for i, c := range creds {
+		hi := indexOf(hosts, c.Host.String())
+		line("request_header_access %s deny gate_cred_target_%d", c.Header, hi)
+		line("request_header_add %s %s gate_cred_target_%d gate_https gate_cred_note_%d", c.Header, squidQuote(c.Value), hi, i)
+	}
+}
+
+func indexOf(xs []string, x string) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
+
+// HostTrustStores are where the host's system CA bundle is looked for, in order.
+var HostTrustStores = []string{
+	"/etc/ssl/certs/ca-certificates.crt", // Debian, Ubuntu, Arch
+	"/etc/pki/tls/certs/ca-bundle.crt",   // Fedora, RHEL
+	"/etc/ssl/ca-bundle.pem",             // openSUSE
+	"/etc/ssl/cert.pem",                  // Alpine, macOS
+}
+
+// ErrUpstreamCA wraps a network.upstream_ca file that holds no certificate.
+var ErrUpstreamCA = errors.New("not a PEM file of CA certificates")
+
+// upstreamBundle is the host's trust store (the first of HostTrustStores
+// found) followed by the user's extra CA files. found says whether the
+// host's store was there; when not, squid adds its image's own.
+func upstreamBundle(extra []string) (bundle []byte, found bool, err error) {
+	for _, p := range HostTrustStores {
+		if b, err := os.ReadFile(p); err == nil && len(b) > 0 {
+			bundle, found = append(b, '\n'), true
+			break
+		}
+	}
+	for _, p := range extra {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, false, fmt.Errorf("network.upstream_ca: %w", err)
+		}
+		if blk, _ := pem.Decode(b); blk == nil || blk.Type != "CERTIFICATE" {
+			return nil, false, fmt.Errorf("network.upstream_ca: %s: %w", p, ErrUpstreamCA)
+		}
+		bundle = append(append(bundle, b...), '\n')
+	}
+	return bundle, found, nil
+}
+
+// WriteTLSFiles makes a fresh session CA for the credential hosts and writes
+// what squid needs into dir/tls, readable by the gate alone. It returns the
+// CA certificate and whether squid must add its own trust store.
+func WriteTLSFiles(dir string, creds []Credential, upstreamCAs []string) (caCert []byte, defaultCA bool, err error) {
+	if err := checkCredentials(creds); err != nil {
+		return nil, false, err
+	}
+	tdir := filepath.Join(dir, tlsDir)
+	if err := os.RemoveAll(tdir); err != nil {
+		return nil, false, fmt.Errorf("session tls: %w", err)
+	}
+	if err := os.Mkdir(tdir, 0o700); err != nil {
+		return nil, false, fmt.Errorf("session tls: %w", err)
+	}
+	if os.Geteuid() == 0 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(dir, &st); err == nil {
+			if err := os.Chown(tdir, int(st.Uid), int(st.Gid)); err != nil {
+				return nil, false, fmt.Errorf("session tls: %w", err)
+			}
+		}
+	}
+	ca, err := tlsca.New(CredentialHosts(creds), time.Now())
+	if err != nil {
+		return nil, false, err
+	}
+	files := map[string][]byte{caCertFile: ca.Cert, caKeyFile: ca.Key, sniHelperFile: []byte(sniHelper)}
+	if len(creds) > 0 {
+		bundle, found, err := upstreamBundle(upstreamCAs)
+		if err != nil {
+			return nil, false, err
+		}
+		files[upstreamCAFile] = bundle
+		defaultCA = !found
+	}
+	for name, b := range files {
+		if err := writePrivate(filepath.Join(dir, name), b); err != nil {
+			return nil, false, fmt.Errorf("session tls: %w", err)
+		}
+	}
+	return ca.Cert, defaultCA, nil
+}
+
+// writePrivate writes a file only its owner can read, never through a link
+// (squid can write the gate's directory). The owner is the directory's: when
+// root writes for another user's gate (the tests do), the file must still be
+// the gate's alone, not root's.
+func writePrivate(path string, b []byte) error {
+	if err := safefile.Write(path, b, 0o600); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
+			return err
+		}
+		if err := os.Lchown(path, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
