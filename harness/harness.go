@@ -18,6 +18,9 @@ type Preset struct {
 	Hosts   []string // allowlist entries the harness needs to work at all
 	Env     []string // environment names it reads (passed only when set on the host)
 	State   State    // where it keeps its settings, login and sessions
+	// Credentials are the keys it reads and where they go, so that a key
+	// named with --credential stays on the host and the gate sets it.
+	Credentials []Credential
 }
 
 // State says where a harness keeps what should outlive one sandbox. Every
@@ -39,12 +42,39 @@ type State struct {
 	HostPaths map[string]string
 }
 
+// Credential is where one API key goes: the header of one host, with the
+// variable's value after Prefix.
+type Credential struct {
+	Env    string
+	Host   string
+	Header string
+	Prefix string
+}
+
+// The providers' own key headers.
+var (
+	anthropicKey = Credential{Env: "ANTHROPIC_API_KEY", Host: "api.anthropic.com", Header: "x-api-key"}
+	openaiKey    = Credential{Env: "OPENAI_API_KEY", Host: "api.openai.com", Header: "authorization", Prefix: "Bearer "}
+	geminiKey    = Credential{Env: "GEMINI_API_KEY", Host: "generativelanguage.googleapis.com", Header: "x-goog-api-key"}
+)
+
+// KnownCredential is where the variable env goes for any preset, if one knows.
+func KnownCredential(env string) (Credential, bool) {
+	for _, c := range []Credential{anthropicKey, openaiKey, geminiKey} {
+		if c.Env == env {
+			return c, true
+		}
+	}
+	return Credential{}, false
+}
+
 var presets = map[string]Preset{
 	"pi": {
 		Name: "pi", Command: []string{"pi"},
-		NPM:   "@mariozechner/pi-coding-agent@0.73.1",
-		Hosts: []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"},
-		Env:   []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"},
+		NPM:         "@mariozechner/pi-coding-agent@0.73.1",
+		Hosts:       []string{"api.anthropic.com", "api.openai.com", "generativelanguage.googleapis.com"},
+		Env:         []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"},
+		Credentials: []Credential{anthropicKey, openaiKey, geminiKey},
 		// Checked in the 0.73.1 npm package, dist/config.js: getAgentDir()
 		// is $PI_CODING_AGENT_DIR, else ~/.pi/agent (package.json piConfig
 		// configDir ".pi"); auth.json, settings.json, models.json,
@@ -65,9 +95,10 @@ var presets = map[string]Preset{
 	},
 	"claude": {
 		Name: "claude", Command: []string{"claude"},
-		NPM:   "@anthropic-ai/claude-code@2.1.328",
-		Hosts: []string{"api.anthropic.com", "statsig.anthropic.com"},
-		Env:   []string{"ANTHROPIC_API_KEY"},
+		NPM:         "@anthropic-ai/claude-code@2.1.328",
+		Hosts:       []string{"api.anthropic.com", "statsig.anthropic.com"},
+		Env:         []string{"ANTHROPIC_API_KEY"},
+		Credentials: []Credential{anthropicKey},
 		// Checked in the 2.1.328 linux-x64 binary: the global config is
 		// join(CLAUDE_CONFIG_DIR || homedir(), ".claude.json") and the user
 		// settings join(CLAUDE_CONFIG_DIR || ~/.claude, "settings.json");
@@ -89,9 +120,10 @@ var presets = map[string]Preset{
 	},
 	"codex": {
 		Name: "codex", Command: []string{"codex"},
-		NPM:   "@openai/codex@0.169.0",
-		Hosts: []string{"api.openai.com", "chatgpt.com"},
-		Env:   []string{"OPENAI_API_KEY"},
+		NPM:         "@openai/codex@0.169.0",
+		Hosts:       []string{"api.openai.com", "chatgpt.com"},
+		Env:         []string{"OPENAI_API_KEY"},
+		Credentials: []Credential{openaiKey},
 		// From the Codex documentation (environment variables; the npm
 		// package is a native binary): CODEX_HOME, default ~/.codex, holds
 		// config.toml, auth.json, sessions/, logs and must already exist.
@@ -109,9 +141,10 @@ var presets = map[string]Preset{
 	},
 	"opencode": {
 		Name: "opencode", Command: []string{"opencode"},
-		NPM:   "opencode-ai@1.18.33",
-		Hosts: []string{"api.anthropic.com", "api.openai.com", "opencode.ai", "models.dev"},
-		Env:   []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"},
+		NPM:         "opencode-ai@1.18.33",
+		Hosts:       []string{"api.anthropic.com", "api.openai.com", "opencode.ai", "models.dev"},
+		Env:         []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"},
+		Credentials: []Credential{anthropicKey, openaiKey},
 		// From opencode's documentation (the npm package is a native
 		// binary): XDG directories; config ~/.config/opencode (opencode.json,
 		// agents, commands, plugins), data ~/.local/share/opencode (auth.json,
