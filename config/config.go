@@ -32,6 +32,8 @@ type Config struct {
 	Limits  Limits  `toml:"limits"`
 	Sandbox Sandbox `toml:"sandbox"`
 	Logs    Logs    `toml:"logs"`
+	// Credentials come from the user's own file and flags only.
+	Credentials []Credential `toml:"credentials"`
 }
 
 // Logs bound what a session's gate leaves on disk.
@@ -59,6 +61,10 @@ type Network struct {
 	DNS          []string `toml:"dns"`
 	Ask          bool     `toml:"ask"`         // hold an unlisted name while aisb watch is asked
 	AskTimeout   int      `toml:"ask_timeout"` // seconds a held request waits; 0: DefaultAskTimeout
+	// UpstreamCA are PEM files of CAs that credential hosts' certificates
+	// may chain to besides the host's trust store (a TLS-inspecting
+	// corporate proxy); the user's own configuration only.
+	UpstreamCA []string `toml:"upstream_ca"`
 }
 
 // DefaultAskTimeout is network.ask_timeout when unset, in seconds.
@@ -221,12 +227,13 @@ func Parse(name string, content []byte) (*File, error) {
 }
 
 var knownKeys = map[string][]string{
-	"":        {"version", "network", "env", "limits", "sandbox", "logs"},
-	"logs":    {"session_max", "total_max"},
-	"network": {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns", "ask", "ask_timeout"},
-	"env":     {"pass", "set"},
-	"limits":  {"pids", "memory", "cpus"},
-	"sandbox": {"harness", "base_image", "ssh_agent", "state"},
+	"":            {"version", "network", "env", "limits", "sandbox", "logs", "credentials"},
+	"logs":        {"session_max", "total_max"},
+	"network":     {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns", "ask", "ask_timeout", "upstream_ca"},
+	"credentials": credentialKeys,
+	"env":         {"pass", "set"},
+	"limits":      {"pids", "memory", "cpus"},
+	"sandbox":     {"harness", "base_image", "ssh_agent", "state"},
 }
 
 func unknownKey(name string, k toml.Key) Problem {

@@ -26,6 +26,9 @@ type Overrides struct {
 	CPUs      float64  // --cpus
 	Ask       bool     // --ask: turns network.ask on
 	State     string   // --state, or "none" for --fresh
+	// Credentials are --credential NAME: a key that stays on the host, set
+	// by the gate where a harness preset or the user's config says it goes.
+	Credentials []string
 }
 
 // Apply lays the overrides over the resolved configuration. Problems name
@@ -122,7 +125,15 @@ func (r *Resolved) Apply(o Overrides) error {
 	} else if o.CPUs > 0 {
 		c.Limits.CPUs = o.CPUs
 	}
+	for _, n := range o.Credentials {
+		if msg, ok := r.credentialFlag(n); !ok {
+			bad("--credential", "%s", msg)
+		}
+	}
 	if len(ps) > 0 {
+		return ps
+	}
+	if ps := r.joinCredentials(); len(ps) > 0 {
 		return ps
 	}
 	return nil

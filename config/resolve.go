@@ -79,6 +79,9 @@ func Resolve(src Sources) (*Resolved, error) {
 		case err != nil:
 			return nil, err
 		default:
+			if err := refuseProjectSecrets(f, src.UserFile); err != nil {
+				return nil, err
+			}
 			trusted, err := IsTrusted(src.TrustFile, path, f.Content)
 			if err != nil {
 				return nil, err
@@ -121,6 +124,12 @@ func (r *Resolved) merge(f *File) {
 	}
 	if f.Defines("network.ask_timeout") {
 		c.Network.AskTimeout = fc.Network.AskTimeout
+	}
+	if f.Defines("network.upstream_ca") {
+		c.Network.UpstreamCA = fc.Network.UpstreamCA
+	}
+	if f.Defines("credentials") {
+		c.Credentials = fc.Credentials
 	}
 	if f.Defines("env.pass") {
 		c.Env.Pass = fc.Env.Pass

@@ -26,6 +26,8 @@ var checks = []struct {
 	{"network.host_ports", checkHostPorts},
 	{"network.dns", checkDNS},
 	{"network.ask_timeout", checkAskTimeout},
+	{"network.upstream_ca", checkUpstreamCA},
+	{"credentials", checkCredentials},
 	{"env.pass", checkEnvPass},
 	{"env.set", checkEnvSet},
 	{"limits", checkLimits},

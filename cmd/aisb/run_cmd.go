@@ -40,8 +40,13 @@ says so only when the sandbox's entrypoint reported it, never from the status
 alone, since the command may exit 77 too); 1 when the session lost its gate or
 its Podman service.
 
+With --credential (or [[credentials]] in your own config) a key never enters
+the sandbox: its variable there holds a placeholder, and the gate, which
+decrypts only that host's connections with a per-session CA the sandbox
+trusts, replaces the header on the way out.
+
 EXAMPLE:
-   aisb run --allow api.anthropic.com --env ANTHROPIC_API_KEY
+   aisb run --credential ANTHROPIC_API_KEY
    aisb run --harness shell --allow .github.com -- git clone https://github.com/owner/repo
    aisb run --allow-ssh github.com --ssh-agent --harness shell -- git push
    aisb run --net none -- make test`,
@@ -54,6 +59,7 @@ EXAMPLE:
 			&cli.BoolFlag{Name: "ask", Usage: "hold a request for an unlisted name while aisb watch (in another terminal) asks you; refused when nobody answers"},
 			&cli.IntSliceFlag{Name: "host-port", Usage: "let the sandbox reach this TCP `PORT` of the host's loopback; repeatable"},
 			&cli.StringSliceFlag{Name: "env", Usage: "pass `NAME` from your environment, or set NAME=VALUE; repeatable"},
+			&cli.StringSliceFlag{Name: "credential", Usage: "keep the key in `NAME` on the host: the gate sets it on requests to its API host (known for ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, or [[credentials]] in your config); the sandbox sees a placeholder; repeatable"},
 			&cli.StringFlag{Name: "harness", Usage: "pi, claude, codex, opencode or shell"},
 			baseImageFlag(),
 			verboseFlag(),
@@ -90,6 +96,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 		Mode: c.String("net"), Allow: c.StringSlice("allow"), AllowSSH: c.StringSlice("allow-ssh"), SSHAgent: c.Bool("ssh-agent"), HostPorts: c.IntSlice("host-port"),
 		Env: c.StringSlice("env"), Harness: c.String("harness"), BaseImage: c.String("base-image"),
 		Pids: c.Int("pids"), Memory: c.String("memory"), CPUs: c.Float64("cpus"), Ask: c.Bool("ask"), State: scope,
+		Credentials: c.StringSlice("credential"),
 	})
 	if err != nil {
 		return err
@@ -142,7 +149,7 @@ func watchdogCommand(e *appEnv) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			s := c.String("session")
-			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)})
+			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)}, []string{e.paths.SessionDir(s)})
 		},
 	}
 }
