@@ -4,6 +4,7 @@ package contract
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -82,6 +83,24 @@ type Policy struct {
 	// admitted on TCP 80 and 443; PinnedNets are the IPv4 networks listed, the same.
 	Pinned     []netip.Addr   `json:"pinned,omitempty"`
 	PinnedNets []netip.Prefix `json:"pinned_nets,omitempty"`
+	// SessionCA is the gate's session CA (one PEM certificate) when the gate
+	// sets credentials; the entrypoint appends it to CABundle before the drop.
+	SessionCA string `json:"session_ca,omitempty"`
+}
+
+// CABundle is the sandbox image's CA bundle, where the entrypoint appends
+// the session CA; aisb points CABundleEnv at it.
+const CABundle = "/etc/ssl/certs/ca-certificates.crt"
+
+// CABundleEnv are the variables set to CABundle when a session has a CA:
+// the tools that read no system store (Node, Python requests) or another
+// one (some git and curl builds) then trust the gate for credential hosts.
+var CABundleEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"}
+
+// IsOneCertificate reports whether s is exactly one PEM CERTIFICATE block.
+func IsOneCertificate(s string) bool {
+	blk, rest := pem.Decode([]byte(s))
+	return blk != nil && blk.Type == "CERTIFICATE" && len(blk.Headers) == 0 && len(bytes.TrimSpace(rest)) == 0
 }
 
 // ErrPolicy is wrapped by every policy validation error.
@@ -138,8 +157,11 @@ func (p Policy) Validate() error {
 		if len(p.Pinned) > 0 || len(p.PinnedNets) > 0 {
 			return policyErr("pinned addresses belong to no-gate mode")
 		}
+		if p.SessionCA != "" && !IsOneCertificate(p.SessionCA) {
+			return policyErr("session_ca: not one PEM certificate")
+		}
 	case ModeNoGate:
-		if p.Gate != nil {
+		if p.Gate != nil || p.SessionCA != "" {
 			return policyErr("no-gate mode has no gate")
 		}
 		for _, a := range p.Pinned {
@@ -153,7 +175,7 @@ func (p Policy) Validate() error {
 			}
 		}
 	case ModeNone, ModeOpen:
-		if p.Gate != nil || len(p.Pinned) > 0 || len(p.PinnedNets) > 0 || len(p.HostPorts) > 0 {
+		if p.Gate != nil || len(p.Pinned) > 0 || len(p.PinnedNets) > 0 || len(p.HostPorts) > 0 || p.SessionCA != "" {
 			return policyErr("%s mode admits no destinations", p.Mode)
 		}
 	default:

@@ -35,6 +35,7 @@ type Entrypoint struct {
 	uid, gid   int
 	stderr     io.Writer
 	nft        func() (*nftables.Conn, error)
+	caBundle   string
 }
 
 // New returns the entrypoint with its production settings.
@@ -46,6 +47,7 @@ func New() *Entrypoint {
 		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
 		nft:        func() (*nftables.Conn, error) { return nftables.New() },
+		caBundle:   contract.CABundle,
 	}
 	return e
 }
@@ -135,6 +137,14 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		}
 		fmt.Fprintf(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: %v; running without a network table: this sandbox's network is NOT enforced\n", err)
 		outcome = contract.Status{Outcome: contract.OutcomeUnenforced, Step: se.step}
+	}
+
+	// 3b. Trust the gate's session CA (credential hosts), while the bundle
+	//     is still writable: afterwards the agent cannot change it.
+	if p.SessionCA != "" {
+		if err := trustSessionCA([]byte(p.SessionCA), e.caBundle); err != nil {
+			return fail("trust the session CA", ExitEnforce, err)
+		}
 	}
 
 	// 4. Drop every privilege and check that nothing is left.

@@ -2,42 +2,23 @@ package entrypoint
 
 import (
 	"bytes"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/aisb-dev/aisb/contract"
 )
 
-// SystemBundle is the image's CA bundle. The session CA is appended to it
-// before the privilege drop, and aisb points SSL_CERT_FILE,
-// NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, GIT_SSL_CAINFO and CURL_CA_BUNDLE
-// at it, so every tool in the image trusts the gate for credential hosts.
-const SystemBundle = "/etc/ssl/certs/ca-certificates.crt"
-
-// CABundleEnv are the variables aisb sets to SystemBundle when a session
-// has a CA: tools that read no system store (Node, Python requests) or
-// would read another one (git and curl builds) use the bundle through them.
-var CABundleEnv = []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"}
-
-// ErrSessionCA is wrapped when the policy's session CA is not a certificate.
+// ErrSessionCA is returned when the session CA is not one PEM certificate.
 var ErrSessionCA = errors.New("the session CA is not one PEM certificate")
-
-// checkSessionCA accepts exactly one PEM CERTIFICATE block and nothing else.
-func checkSessionCA(ca []byte) error {
-	blk, rest := pem.Decode(ca)
-	if blk == nil || blk.Type != "CERTIFICATE" || len(blk.Headers) > 0 || len(bytes.TrimSpace(rest)) > 0 {
-		return ErrSessionCA
-	}
-	return nil
-}
 
 // trustSessionCA appends the session CA to bundle (created, with its
 // directory, when the image has none). Runs as root before the drop: the
 // agent cannot write the bundle afterwards.
 func trustSessionCA(ca []byte, bundle string) error {
-	if err := checkSessionCA(ca); err != nil {
-		return err
+	if !contract.IsOneCertificate(string(ca)) {
+		return ErrSessionCA
 	}
 	old, err := os.ReadFile(bundle)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -30,8 +31,9 @@ func StartWatchdog(argv []string, owner, session string) (stop func(), err error
 }
 
 // Watch is the watchdog's loop: it returns when the owner is gone, and then
-// removes the named containers of the session.
-func Watch(ctx context.Context, where engine.Where, owner string, names []string) error {
+// removes the named containers of the session and the paths that hold its
+// secrets (the gate's squid.conf and TLS directory).
+func Watch(ctx context.Context, where engine.Where, owner string, names, paths []string) error {
 	for state.OwnerAlive(owner) {
 		select {
 		case <-ctx.Done():
@@ -47,6 +49,9 @@ func Watch(ctx context.Context, where engine.Where, owner string, names []string
 	var errs []error
 	for _, n := range names {
 		errs = append(errs, engine.Remove(c, n))
+	}
+	for _, p := range paths {
+		errs = append(errs, os.RemoveAll(p))
 	}
 	return errors.Join(errs...)
 }

@@ -31,7 +31,7 @@ type network struct {
 // openNetwork writes the session policy for the mode: in allow mode after the
 // gate listens (the policy names its port; env gets the proxy variables), in
 // no-gate mode with the names pinned at start.
-func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper string, st *steer, env map[string]string) (*network, error) {
+func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper string, st *steer, env map[string]string, creds []gate.Credential) (*network, error) {
 	cfg := o.Config.Config
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(helper))
@@ -41,7 +41,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner, st)
+		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner, st, creds)
 		if err != nil {
 			return nil, err
 		}
@@ -75,6 +75,11 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		}
 		n.gatePort = port
 		p.Gate = &contract.Endpoint{Addr: mapped, Port: uint16(port)}
+		if g.CACert != nil {
+			// The sandbox trusts the gate for the credential hosts.
+			p.SessionCA = string(g.CACert)
+			caEnv(env)
+		}
 		for k, v := range proxyEnv(fmt.Sprintf("http://%s:%d", mapped, port)) {
 			env[k] = v
 		}
@@ -113,7 +118,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 // is not started concurrently with the sandbox's creation: measured here,
 // Podman 5.4 then sometimes fails the sandbox's attach ("doesn't map UID
 // 0"), for some 30 ms of gain.
-func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string, st *steer) (g *gate.Gate, stop func() error, err error) {
+func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string, st *steer, creds []gate.Credential) (g *gate.Gate, stop func() error, err error) {
 	cfg := o.Config.Config
 	if o.GateName != "" {
 		g, err := gate.Find(c, o.GateName, o.Paths.GateDir(o.GateName))
@@ -126,7 +131,8 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner str
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: st.helperDir})
+	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: st.helperDir,
+		Credentials: creds, UpstreamCAs: cfg.Network.UpstreamCA})
 	if err != nil {
 		return nil, nil, err
 	}

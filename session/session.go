@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -86,6 +87,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// The walk of the project runs while Podman gets ready; its verdict
 	// is awaited before anything starts.
 	sockets := scanSockets(o.ProjectDir, projectscan.DefaultBudget, o.AllowProjectSockets, o.Logf)
+	if err := checkCredentialMode(len(cfg.Credentials), cfg.Network.Mode, o.GateName); err != nil {
+		return 0, err
+	}
+	creds, err := gateCredentials(cfg.Credentials, os.LookupEnv)
+	if err != nil {
+		return 0, err
+	}
+	credentialEnv(env, creds)
 	c, err := engine.Connect(ctx, o.Where)
 	if err != nil {
 		return 0, err
@@ -112,6 +121,17 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, fmt.Errorf("session directory: %w", err)
 	}
+	// The gate's secrets go with the session: squid.conf holds the
+	// credentials' values, its TLS directory the session CA's key. Deferred
+	// first, this runs after the gate is gone; the rest of the directory
+	// (the access log, a review's layer) stays.
+	defer func() {
+		for _, p := range []string{filepath.Join(dir, "gate", "squid.conf"), filepath.Join(dir, "gate", "tls")} {
+			if err := os.RemoveAll(p); err != nil {
+				o.Logf("remove the gate's secrets: %v", err)
+			}
+		}
+	}()
 	// aisb trust refuses while a session of the project runs.
 	if err := o.Paths.MarkSession(id, o.ProjectDir, owner); err != nil {
 		return 0, err
@@ -138,7 +158,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		defer endReview(c, rv, img, owner, o.Logf)
 		trace("review: project recorded")
 	}
-	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st, env)
+	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st, env, creds)
 	if err != nil {
 		return 0, err
 	}

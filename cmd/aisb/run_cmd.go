@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -149,7 +150,7 @@ func watchdogCommand(e *appEnv) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			s := c.String("session")
-			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)}, []string{e.paths.SessionDir(s)})
+			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)}, []string{filepath.Join(e.paths.SessionDir(s), "gate", "squid.conf"), filepath.Join(e.paths.SessionDir(s), "gate", "tls")})
 		},
 	}
 }
