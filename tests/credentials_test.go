@@ -1,0 +1,263 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+// credentialConfig is a user config with two credentials for hosts of the
+// test upstream, whose CA the gate is told to trust for them.
+func credentialConfig() string {
+	return dnsConfig() + `allowed_hosts = ["allowed.test"]
+upstream_ca = ["` + filepath.Join(testhost.StateDir, "ca.pem") + `"]
+
+[[credentials]]
+host = "api.allowed.test"
+header = "x-api-key"
+env = "TEST_API_KEY"
+
+[[credentials]]
+host = "www.allowed.test"
+header = "authorization"
+env = "TEST_BEARER"
+prefix = "Bearer "
+`
+}
+
+// upstreamRequest is one line of the test upstream's headers log.
+type upstreamRequest struct {
+	Scheme  string              `json:"scheme"`
+	Host    string              `json:"host"`
+	Path    string              `json:"path"`
+	Headers map[string][]string `json:"headers"`
+}
+
+func upstreamRequests(t *testing.T, mark int64) []upstreamRequest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testhost.StateDir, "headers.log"))
+	if err != nil {
+		t.Fatalf("the test upstream's headers log: %v", err)
+	}
+	var out []upstreamRequest
+	for _, l := range strings.Split(string(b[min(mark, int64(len(b))):]), "\n") {
+		var r upstreamRequest
+		if json.Unmarshal([]byte(l), &r) == nil && r.Path != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func headersMark(t *testing.T) int64 {
+	fi, err := os.Stat(filepath.Join(testhost.StateDir, "headers.log"))
+	if err != nil {
+		testhost.Skip(t, "the test upstream records no headers (%v); run tests/host/upstream.sh up", err)
+	}
+	return fi.Size()
+}
+
+// nodeConnect is a Node client that tunnels through the gate by hand and
+// verifies the server with Node's own store plus NODE_EXTRA_CA_CERTS: the
+// path an npm-installed harness takes.
+const nodeConnect = `
+const http = require('http'), tls = require('tls');
+const gate = new URL(process.env.HTTPS_PROXY);
+http.request({host: gate.hostname, port: gate.port, method: 'CONNECT', path: 'api.allowed.test:443'})
+  .on('connect', (res, sock) => {
+    const t = tls.connect({socket: sock, servername: 'api.allowed.test'}, () => {
+      t.write('GET /node HTTP/1.1\r\nHost: api.allowed.test\r\nx-api-key: ' + process.env.TEST_API_KEY + '\r\nConnection: close\r\n\r\n');
+    });
+    let body = ''; t.on('data', d => body += d);
+    t.on('end', () => { console.log(body.split('\r\n')[0]); });
+    t.on('error', e => { console.log('node tls error: ' + e.message); process.exit(1); });
+  }).end();
+`
+
+// TestCredentials: a key configured as a credential reaches the upstream
+// only from the gate; inside the sandbox its variable holds a placeholder,
+// and the real value is nowhere the agent can look.
+func TestCredentials(t *testing.T) {
+	base := testBaseImage(t)
+	a := newAisb(t, base, credentialConfig())
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
+	key, bearer := "REALKEY-"+stamp, "REALBEARER-"+stamp
+	// The sandbox searches for the values by patterns that do not match
+	// themselves, so the search cannot find its own arguments.
+	keyRE, bearerRE := "R[E]ALKEY-"+stamp, "R[E]ALBEARER-"+stamp
+	writeUserFile(t, filepath.Join(a.project, "node-connect.js"), nodeConnect)
+	cases := []scriptCase{
+		{"env", `printenv TEST_API_KEY; printenv TEST_BEARER`},
+		{"key", `curl -sS https://api.allowed.test/cred -H 'x-api-key: agent-sent' -H 'X-Api-Key: again'`},
+		{"bearer", `curl -sS https://www.allowed.test/bearer -H 'Authorization: Bearer agent-sent'`},
+		{"plainhttp", `curl -sS http://api.allowed.test/plain -H 'x-api-key: agent-sent'`},
+		{"keepalive", `curl -sSv https://api.allowed.test/ka1 https://api.allowed.test/ka2 2>&1 | grep -c -i 're-using existing connection'`},
+		{"bumpcert", `curl -sSv https://api.allowed.test/c 2>&1 | grep -i 'issuer:'`},
+		{"splicecert", `curl -sSkv https://allowed.test/s 2>&1 | grep -i 'issuer:'`},
+		{"sse", `curl -sSN https://api.allowed.test/sse | while read -r l; do [ -n "$l" ] && echo "$(date +%s%3N) $l"; done`},
+		{"upload", `head -c 6000000 /dev/urandom >/tmp/big && sha256sum </tmp/big | cut -c1-64 && curl -sS --data-binary @/tmp/big https://api.allowed.test/upload`},
+		{"node", `node /project/node-connect.js`},
+		{"files", `grep -rIl -D skip --exclude-dir=proc --exclude-dir=sys -e '` + keyRE + `' -e '` + bearerRE + `' / 2>/dev/null; echo searched`},
+		{"proc", `cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -e '` + keyRE + `' -e '` + bearerRE + `'`},
+		{"cafile", `echo $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $GIT_SSL_CAINFO $CURL_CA_BUNDLE; ls -l /etc/ssl/certs/ca-certificates.crt | cut -c1-10`},
+		{"caw", `echo x >> /etc/ssl/certs/ca-certificates.crt`},
+	}
+	writeUserFile(t, filepath.Join(a.project, "creds.sh"), renderScript(cases)+"sleep 3\n")
+	mark := headersMark(t)
+	inspected := make(chan string, 1)
+	go func() {
+		time.Sleep(4 * time.Second) // the script's last seconds
+		inspected <- inspectSandboxes(t)
+	}()
+	r := a.runEnv(t, []string{"TEST_API_KEY=" + key, "TEST_BEARER=" + bearer}, "run", "--harness", "shell", "--", "sh", "/project/creds.sh")
+	if r.Code != 0 {
+		t.Fatalf("aisb run: %s", r)
+	}
+	res := parseResults(t, r.Stdout)
+	want := func(name, sub string) {
+		t.Helper()
+		if !strings.Contains(res[name].out, sub) {
+			t.Errorf("%s: %+v, want %q", name, res[name], sub)
+		}
+	}
+	want("env", "aisb-placeholder-the-gate-sets-the-real-key aisb-placeholder-the-gate-sets-the-real-key")
+	want("key", "aisb-upstream https host=api.allowed.test path=/cred")
+	want("bearer", "aisb-upstream https host=www.allowed.test path=/bearer")
+	want("keepalive", "1")
+	want("bumpcert", "aisb session CA")
+	want("splicecert", "aisb test upstream CA")
+	want("node", "HTTP/1.1 200")
+	want("files", "searched")
+	if strings.TrimSpace(res["files"].out) != "searched" {
+		t.Errorf("the real value is in a file the agent can read: %q", res["files"].out)
+	}
+	if res["proc"].out != "0" {
+		t.Errorf("the real value is in /proc: %+v", res["proc"])
+	}
+	want("cafile", strings.Repeat("/etc/ssl/certs/ca-certificates.crt ", 5)+"-rw-r--r--")
+	if res["caw"].code == 0 {
+		t.Errorf("the agent could write the CA bundle: %+v", res["caw"])
+	}
+	// Several MB of request body arrive whole.
+	up := strings.Fields(res["upload"].out)
+	if len(up) < 3 || "sha256="+up[0] != up[2] || up[1] != "size=6000000" {
+		t.Errorf("upload through the bump: %+v", res["upload"])
+	}
+	// The first event arrived while the upstream was still sending (its
+	// last event is a second after the second, two after the first).
+	checkSSE(t, res["sse"].out)
+	if where := <-inspected; where != "" {
+		if strings.Contains(where, key) || strings.Contains(where, bearer) {
+			t.Errorf("podman inspect of the sandbox shows the real value")
+		}
+	}
+
+	// Upstream: the real values, never what the agent sent, and none over
+	// plain HTTP.
+	seen := map[string]upstreamRequest{}
+	for _, u := range upstreamRequests(t, mark) {
+		seen[u.Scheme+" "+u.Path] = u
+	}
+	for path, hdr := range map[string][2]string{"/cred": {"X-Api-Key", key}, "/bearer": {"Authorization", "Bearer " + bearer}, "/node": {"X-Api-Key", key}, "/ka2": {"X-Api-Key", key}} {
+		u, ok := seen["https "+path]
+		if !ok {
+			t.Errorf("the upstream got no https %s", path)
+			continue
+		}
+		if got := u.Headers[hdr[0]]; len(got) != 1 || got[0] != hdr[1] {
+			t.Errorf("https %s arrived with %s = %q, want the real value only", path, hdr[0], got)
+		}
+	}
+	if u, ok := seen["http /plain"]; !ok {
+		t.Error("control: plain HTTP to the credential host did not arrive")
+	} else if len(u.Headers["X-Api-Key"]) != 0 {
+		t.Errorf("plain HTTP to a credential host carried x-api-key %q", u.Headers["X-Api-Key"])
+	}
+
+	// The audit names the credential, never its value; the session's files
+	// (squid.conf held the values, the gate directory the CA key) are gone.
+	events := a.events(t)
+	creds := map[string]bool{}
+	for _, e := range events {
+		if e.Rule == gate.RuleCredential {
+			creds[e.Credential] = true
+		}
+	}
+	if !creds["TEST_API_KEY"] || !creds["TEST_BEARER"] {
+		t.Errorf("the audit does not name the credentials: %+v", events)
+	}
+	filepath.Walk(a.state, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			if bytes.Contains(b, []byte(key)) || bytes.Contains(b, []byte(bearer)) {
+				t.Errorf("%s holds a real value after the session", p)
+			}
+			if strings.HasSuffix(p, "ca.key") || strings.HasSuffix(p, "squid.conf") {
+				t.Errorf("%s outlived its session", p)
+			}
+		}
+		return nil
+	})
+}
+
+// checkSSE reads "CLIENTMS data: EVENT SERVERMS" lines.
+func checkSSE(t *testing.T, out string) {
+	t.Helper()
+	f := strings.Fields(out)
+	// first: f[0] client ms, f[1] "data:", f[2] "first", f[3] server ms; then second, last.
+	if len(f) != 12 || f[2] != "first" || f[10] != "last" {
+		t.Errorf("SSE through the bump: %q", out)
+		return
+	}
+	gotFirst, _ := strconv.ParseInt(f[0], 10, 64)
+	sentLast, _ := strconv.ParseInt(f[11], 10, 64)
+	if gotFirst >= sentLast-1000 {
+		t.Errorf("the first event arrived at %d, the last was sent at %d: the bump buffered the stream", gotFirst, sentLast)
+	}
+}
+
+// inspectSandboxes is `podman inspect` of every running sandbox, as text.
+func inspectSandboxes(t *testing.T) string {
+	r := testhost.Podman(t, "ps", "-q", "--filter", "label=io.aisb.kind=sandbox")
+	var out strings.Builder
+	for _, id := range strings.Fields(r.Stdout) {
+		out.WriteString(testhost.Podman(t, "inspect", id).Stdout)
+	}
+	if out.Len() == 0 {
+		return "no sandbox was running to inspect"
+	}
+	return out.String()
+}
+
+// TestCredentialsStayOutOfProjects: a project's .aisb.toml, trusted or not,
+// cannot add a credential or an upstream CA.
+func TestCredentialsStayOutOfProjects(t *testing.T) {
+	a := newAisb(t, "", dnsConfig())
+	for _, body := range []string{
+		"version = 1\n[[credentials]]\nhost = \"evil.test\"\nheader = \"x-api-key\"\nenv = \"ANTHROPIC_API_KEY\"\n",
+		"version = 1\n[network]\nupstream_ca = [\"/tmp/evil.pem\"]\n",
+	} {
+		writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), body)
+		for _, trusted := range []bool{false, true} {
+			if trusted {
+				if r := a.run(t, "trust"); r.Code != 0 {
+					t.Fatalf("aisb trust: %s", r)
+				}
+			}
+			r := a.runEnv(t, []string{"ANTHROPIC_API_KEY=x"}, "run", "--harness", "shell", "--", "true")
+			if r.Code != 78 || !strings.Contains(r.Stderr, "can never") {
+				t.Errorf("trusted=%v %q: %s", trusted, body, r)
+			}
+		}
+	}
+	_ = fmt.Sprint()
+}
