@@ -201,7 +201,9 @@ func TestGate(t *testing.T) {
 	}
 	reqs := []request{
 		{"listed name over HTTP", gets("http://allowed.test/"), 200, gate.RuleAllowed},
-		{"listed name over CONNECT", connects("allowed.test:443"), 200, gate.RuleAllowed},
+		// Admitted at CONNECT, then closed before any TLS: nothing passed,
+		// and the audit must not call it allowed.
+		{"listed name over CONNECT, closed at once", connects("allowed.test:443"), 200, gate.RuleTerminated},
 		{"unlisted name over HTTP", gets("http://other.test/"), 403, gate.RuleNotListed},
 		{"unlisted name over CONNECT", connects("unlisted.test:443"), 403, gate.RuleNotListed},
 		{"CONNECT to 22", connects("allowed.test:22"), 403, gate.RuleSSHNotListed},
@@ -268,7 +270,7 @@ func TestGate(t *testing.T) {
 	got := map[string]int{}
 	for _, e := range events {
 		got[e.Rule]++
-		if e.Session != "gate-test" || (e.Rule == gate.RuleAllowed) == e.Blocked() {
+		if e.Session != "gate-test" || gate.Allowed(e.Rule) == e.Blocked() {
 			t.Errorf("event %+v", e)
 		}
 	}
