@@ -139,6 +139,9 @@ func ParseLine(line string) (Event, error) {
 			e.Rule = RuleTerminated
 		}
 	}
+	if tail == 7 && e.Method != "CONNECT" && e.Port == 443 && e.Rule == RuleUntagged && (e.Status == 502 || e.Status == 503) {
+		e.Rule = RuleUpstream
+	}
 	e.Event = EventBlocked
 	if Allowed(e.Rule) {
 		e.Event = EventAllowed
@@ -191,6 +194,8 @@ func Advice(e Event) string {
 		return fmt.Sprintf("the tunnel to %s:%d did not carry TLS; tunnels are for HTTPS only. No allowlist entry lifts this", e.Host, e.Port)
 	case RuleTerminated:
 		return fmt.Sprintf("the tunnel to %s was closed at its TLS handshake before anything passed (the client left, or the handshake could not be read)", e.Host)
+	case RuleUpstream:
+		return fmt.Sprintf("the gate could not reach %s or verify its certificate against this host's trust store and network.upstream_ca; the key was not sent (the gate's cache.log says which)", e.Host)
 	case RuleWebsocket:
 		return fmt.Sprintf("websockets do not pass a credential host's decrypted connection (%s); no allowlist entry lifts this", e.Host)
 	case RuleNotListed:

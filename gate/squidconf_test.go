@@ -128,6 +128,8 @@ func TestParseTLSLines(t *testing.T) {
 		{"aisb2 1796060390.850 s 127.0.0.1 CONNECT api.allowed.test 443 200 0 NONE_NONE:HIER_DIRECT bump - bumped", EventAllowed, RuleBumped, false},
 		{"aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 200 227 TCP_MISS:HIER_DIRECT bump TEST_KEY credential", EventAllowed, RuleCredential, false},
 		{"aisb2 1796060390.917 s 127.0.0.1 GET evil host 443 403 10 NONE_NONE:HIER_NONE - - not_listed", EventBlocked, RuleNotListed, false},
+		// Measured: a credential host whose certificate did not verify.
+		{"aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 503 3740 NONE_NONE:HIER_NONE - - -", EventBlocked, RuleUpstream, false},
 	} {
 		e, err := ParseLine(c.line)
 		if c.bookkeeping {

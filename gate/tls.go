@@ -27,6 +27,11 @@ const (
 	RuleBumped      = "bumped"       // a tunnel to a credential host, decrypted by the gate
 	RuleCredential  = "credential"   // an HTTPS request to a credential host; the gate set its header
 	RuleWebsocket   = "websocket"    // an upgrade to a websocket inside a bumped tunnel
+	// RuleUpstream is a request to port 443 that squid answered itself with
+	// 502/503 before any rule: inside a bumped tunnel, the credential host
+	// could not be reached or its certificate did not verify (measured: logged
+	// without a rule and without the TLS step). The key was not sent.
+	RuleUpstream = "upstream_failed"
 )
 
 // Paths inside the gate's directory (as squid sees it).

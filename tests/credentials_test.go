@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,6 +210,31 @@ func TestCredentials(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestCredentialUpstreamUnverified: without the upstream's CA in
+// network.upstream_ca the gate refuses to send the key to it.
+func TestCredentialUpstreamUnverified(t *testing.T) {
+	cfg := strings.Replace(credentialConfig(), `upstream_ca = ["`+filepath.Join(testhost.StateDir, "ca.pem")+`"]`, "", 1)
+	a := newAisb(t, testBaseImage(t), cfg)
+	mark := headersMark(t)
+	r := a.runEnv(t, []string{"TEST_API_KEY=REALKEY-unverified", "TEST_BEARER=x"}, "run", "--harness", "shell", "--",
+		"curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "https://api.allowed.test/unverified")
+	if r.Stdout != "503" {
+		t.Errorf("an upstream the host does not trust: %s", r)
+	}
+	for _, u := range upstreamRequests(t, mark) {
+		if u.Path == "/unverified" {
+			t.Errorf("the request reached an upstream whose certificate did not verify: %+v", u)
+		}
+	}
+	var rules []string
+	for _, e := range a.events(t) {
+		rules = append(rules, e.Rule)
+	}
+	if !slices.Contains(rules, gate.RuleUpstream) {
+		t.Errorf("audit rules %v, want %s", rules, gate.RuleUpstream)
+	}
 }
 
 // checkSSE reads "CLIENTMS data: EVENT SERVERMS" lines.
