@@ -184,7 +184,12 @@ func Render(c Config) (string, error) {
 	line("http_access deny !gate_clients gate_rule_%s", RuleClient)
 	line("http_access deny manager gate_rule_%s", RuleManager)
 	line("http_access deny gate_connect !gate_connect_ports gate_rule_%s", RuleConnectPort)
-	line("http_access deny !gate_connect !gate_http gate_rule_%s", RuleScheme)
+	if len(c.Credentials) > 0 {
+		// Requests decrypted from a credential host's tunnel are https.
+		line("http_access deny !gate_connect !gate_http !gate_bumped gate_rule_%s", RuleScheme)
+	} else {
+		line("http_access deny !gate_connect !gate_http gate_rule_%s", RuleScheme)
+	}
 	line("http_access deny !gate_connect !gate_web_ports gate_rule_%s", RulePort)
 	listedAddr := ""
 	if len(addrs) > 0 {

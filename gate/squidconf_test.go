@@ -332,7 +332,7 @@ func TestRenderTLSOrder(t *testing.T) {
 			t.Errorf("%q splices without the SNI helper's answer", l)
 		}
 	}
-	if !strings.Contains(conf, "ssl_bump bump gate_cred_target_0 gate_cred_sni_0 gate_sni_present gate_rule_bumped") {
+	if !strings.Contains(conf, "ssl_bump bump gate_cred_target_0 gate_cred_sni_0 gate_sni_present gate_bump_mark gate_rule_bumped") {
 		t.Error("the credential host is not bumped")
 	}
 	if strings.Count(conf, "ssl_bump bump") != 1 {

@@ -72,7 +72,11 @@ func renderTLSACLs(line func(string, ...any), dir string, names []string, creds 
 	if len(creds) == 0 {
 		return
 	}
-	line("acl gate_https proto HTTPS")
+	// A bumped tunnel's connection is marked when it is bumped; every
+	// request decrypted from it carries the mark (and only those: a plain
+	// "GET https://" to the gate stays refused by the scheme rule).
+	line("acl gate_bump_mark annotate_client bumped=yes")
+	line("acl gate_bumped note bumped yes")
 	line("acl gate_upgrade req_header Upgrade .")
 	for i, h := range CredentialHosts(creds) {
 		line("acl gate_cred_target_%d dstdomain -n %s", i, h)
@@ -89,9 +93,9 @@ func renderCredentialAccess(line func(string, ...any), creds []Credential) {
 	if len(creds) == 0 {
 		return
 	}
-	line("http_access deny gate_https gate_upgrade gate_rule_%s", RuleWebsocket)
+	line("http_access deny gate_bumped gate_upgrade gate_rule_%s", RuleWebsocket)
 	for i := range CredentialHosts(creds) {
-		line("http_access allow gate_https gate_cred_target_%d gate_rule_%s", i, RuleCredential)
+		line("http_access allow gate_bumped gate_cred_target_%d gate_rule_%s", i, RuleCredential)
 	}
 }
 
@@ -110,7 +114,7 @@ func renderTLSRules(line func(string, ...any), dir string, names []string, creds
 	line("ssl_bump terminate gate_ip_literal gate_rule_%s", RuleSNIMismatch)
 	line("ssl_bump terminate !gate_sni_present gate_rule_%s", RuleNoSNI)
 	for i := range CredentialHosts(creds) {
-		line("ssl_bump bump gate_cred_target_%d gate_cred_sni_%d gate_sni_present gate_rule_%s", i, i, RuleBumped)
+		line("ssl_bump bump gate_cred_target_%d gate_cred_sni_%d gate_sni_present gate_bump_mark gate_rule_%s", i, i, RuleBumped)
 	}
 	for i := range names {
 		line("ssl_bump splice gate_target_%d gate_sni_%d gate_sni_present", i, i)
@@ -136,7 +140,7 @@ func renderTLSRules(line func(string, ...any), dir string, names []string, creds
 	for i, c := range creds {
 		hi := indexOf(hosts, c.Host.String())
 		line("request_header_access %s deny gate_cred_target_%d", c.Header, hi)
-		line("request_header_add %s %s gate_cred_target_%d gate_https gate_cred_note_%d", c.Header, squidQuote(c.Value), hi, i)
+		line("request_header_add %s %s gate_cred_target_%d gate_bumped gate_cred_note_%d", c.Header, squidQuote(c.Value), hi, i)
 	}
 }
 

@@ -100,7 +100,7 @@ func TestCredentials(t *testing.T) {
 		{"key", `curl -sS https://api.allowed.test/cred -H 'x-api-key: agent-sent' -H 'X-Api-Key: again'`},
 		{"bearer", `curl -sS https://www.allowed.test/bearer -H 'Authorization: Bearer agent-sent'`},
 		{"plainhttp", `curl -sS http://api.allowed.test/plain -H 'x-api-key: agent-sent'`},
-		{"keepalive", `curl -sSv https://api.allowed.test/ka1 https://api.allowed.test/ka2 2>&1 | grep -c -i 're-using existing connection'`},
+		{"keepalive", `curl -sSv https://api.allowed.test/ka1 https://api.allowed.test/ka2 2>&1 | grep -c -i 're-using existing'`},
 		{"bumpcert", `curl -sSv https://api.allowed.test/c 2>&1 | grep -i 'issuer:'`},
 		{"splicecert", `curl -sSkv https://allowed.test/s 2>&1 | grep -i 'issuer:'`},
 		{"sse", `curl -sSN https://api.allowed.test/sse | while read -r l; do [ -n "$l" ] && echo "$(date +%s%3N) $l"; done`},
