@@ -114,10 +114,7 @@ func TestCredentials(t *testing.T) {
 	writeUserFile(t, filepath.Join(a.project, "creds.sh"), renderScript(cases)+"sleep 3\n")
 	mark := headersMark(t)
 	inspected := make(chan string, 1)
-	go func() {
-		time.Sleep(4 * time.Second) // the script's last seconds
-		inspected <- inspectSandboxes(t)
-	}()
+	go func() { inspected <- inspectSandboxes(t) }()
 	r := a.runEnv(t, []string{"TEST_API_KEY=" + key, "TEST_BEARER=" + bearer}, "run", "--harness", "shell", "--", "sh", "/project/creds.sh")
 	if r.Code != 0 {
 		t.Fatalf("aisb run: %s", r)
@@ -253,17 +250,16 @@ func checkSSE(t *testing.T, out string) {
 	}
 }
 
-// inspectSandboxes is `podman inspect` of every running sandbox, as text.
+// inspectSandboxes waits (up to two minutes: the image may be built first)
+// for a running sandbox and returns `podman inspect` of it, as text.
 func inspectSandboxes(t *testing.T) string {
-	r := testhost.Podman(t, "ps", "-q", "--filter", "label=io.aisb.kind=sandbox")
-	var out strings.Builder
-	for _, id := range strings.Fields(r.Stdout) {
-		out.WriteString(testhost.Podman(t, "inspect", id).Stdout)
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		r := testhost.Podman(t, "ps", "-q", "--filter", "label=io.aisb.kind=sandbox")
+		if ids := strings.Fields(r.Stdout); len(ids) > 0 {
+			return testhost.Podman(t, append([]string{"inspect"}, ids...)...).Stdout
+		}
 	}
-	if out.Len() == 0 {
-		return "no sandbox was running to inspect"
-	}
-	return out.String()
+	return "no sandbox was running to inspect"
 }
 
 // TestCredentialsStayOutOfProjects: a project's .aisb.toml, trusted or not,
