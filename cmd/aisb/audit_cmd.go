@@ -160,7 +160,11 @@ func printEvent(w io.Writer, e gate.Event) error {
 	if e.Port != 0 {
 		target = fmt.Sprintf("%s:%d", e.Host, e.Port)
 	}
-	_, err := fmt.Fprintf(w, "%s  %s  %-7s  %s %s  %d  %s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, verdict, e.Method, target, e.Status, e.Rule)
+	rule := e.Rule
+	if e.Credential != "" {
+		rule += " " + e.Credential // the name of the key the gate set, never its value
+	}
+	_, err := fmt.Fprintf(w, "%s  %s  %-7s  %s %s  %d  %s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, verdict, e.Method, target, e.Status, rule)
 	if err == nil && e.Blocked() {
 		_, err = fmt.Fprintf(w, "    %s\n", gate.Advice(e))
 	}
