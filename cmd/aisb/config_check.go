@@ -68,5 +68,8 @@ func configCheck(c *cli.Context, e *appEnv) error {
 		}
 		fmt.Fprintf(stdout, "  allow %s%s\n", h, from)
 	}
+	for _, k := range r.Config.Credentials {
+		fmt.Fprintf(stdout, "  credential %s: the gate sets %s for %s; the sandbox sees a placeholder\n", k.Env, k.Header, k.Host)
+	}
 	return nil
 }
