@@ -166,7 +166,11 @@ func squidParses(r *Report, c *engine.Conn, o Options) {
 		err = os.Chmod(dir, 0o777)
 	}
 	if err == nil {
-		conf, err = gate.Render(gate.Config{Session: "doctor", Port: 3128, Dir: "/gate", Allowlist: hosts, Host: host})
+		conf, err = gate.Render(gate.Config{Session: "doctor", Port: 3128, TLSPort: 3129, Dir: "/gate", Allowlist: hosts, Host: host})
+	}
+	if err == nil {
+		// The TLS port's certificate must exist for squid to parse the file.
+		_, _, err = gate.WriteTLSFiles(dir, nil, nil)
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "squid.conf"), []byte(conf), 0o644)

@@ -64,7 +64,8 @@ func (e Event) Blocked() bool { return e.Event == EventBlocked }
 
 // ErrBookkeeping is returned for a line that records no decision: squid logs
 // a spliced tunnel twice, once when it hands the connection over (nothing
-// sent yet) and once when the tunnel closes; only the second is an event.
+// sent yet) and once when the tunnel closes, only the second is an event;
+// and it logs its own check that the TLS port is up (see isSelfCheck).
 var ErrBookkeeping = errors.New("a bookkeeping line, not a decision")
 
 // logVersion1 is the format before the TLS layer; lines of a long-lived
@@ -128,10 +129,13 @@ func ParseLine(line string) (Event, error) {
 	if e.Rule == "-" || e.Rule == "" {
 		e.Rule = RuleUntagged
 	}
-	if tail == 7 && e.Method == "CONNECT" && Allowed(e.Rule) {
-		// A tunnel admitted at CONNECT then meets the TLS step. Squid logs
-		// a tunnel it terminated there as status 200 with 0 bytes: never
-		// read that as allowed.
+	if tail == 7 && isSelfCheck(e) {
+		return e, ErrBookkeeping
+	}
+	if tail == 7 && e.Method == "CONNECT" && e.Port != SSHPort && Allowed(e.Rule) {
+		// A tunnel admitted at CONNECT then meets the TLS step (an SSH
+		// tunnel does not). Squid logs a tunnel it terminated there as
+		// status 200 with 0 bytes: never read that as allowed.
 		switch {
 		case e.TLS == "splice" && strings.HasPrefix(result, "NONE") && e.Bytes == 0:
 			return e, ErrBookkeeping

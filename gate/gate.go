@@ -70,7 +70,8 @@ const (
 type Gate struct {
 	Name    string // container name
 	Session string
-	Port    int    // on the host's 127.0.0.1
+	Port    int    // on the host's 127.0.0.1: the front, the sandbox's one way out
+	TLSPort int    // on the host's 127.0.0.1: where the front hands tunnels to 443; 0 when unknown (a gate found running)
 	Dir     string // the session directory: squid.conf, access.log, cache.log
 	// CACert is the session CA (PEM) the sandbox must trust for credential
 	// hosts; nil when the gate bumps nothing.
@@ -105,7 +106,14 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
 	}
-	cfg := Config{Session: o.Session, Port: port, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host}
+	tlsPort, err := freePort()
+	for err == nil && tlsPort == port {
+		tlsPort, err = freePort()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start gate: find a free port: %w", err)
+	}
+	cfg := Config{Session: o.Session, Port: port, TLSPort: tlsPort, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host}
 	if o.HelperDir != "" {
 		cfg.Helper = &Helper{Program: helperMount + "/" + HelperProgram, Socket: helperMount + "/" + HelperSocket}
 	}
@@ -128,7 +136,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if err := writePrivate(filepath.Join(o.Dir, "squid.conf"), []byte(conf)); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
-	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, Dir: o.Dir}
+	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, TLSPort: tlsPort, Dir: o.Dir}
 	if len(o.Credentials) > 0 {
 		g.CACert = caCert
 	}
@@ -178,24 +186,41 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 
 func ptr[T any](v T) *T { return &v }
 
-// waitReady waits until squid listens on its port (its pid file appears
-// before the listener) while the container is still running. It reads the
-// kernel's socket table rather than connecting, so that readiness leaves no
-// line in the audit log.
+// waitReady waits until squid listens on both ports (its pid file appears
+// before the listeners) and has found its TLS port up, while the container
+// is still running. It reads the kernel's socket table rather than
+// connecting, so that readiness leaves no line in the audit log; squid's own
+// check of its TLS port does leave one, which says the TLS port is up (the
+// audit drops it).
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		if Listening(g.Port) && g.running(c) {
+		if Listening(g.Port) && Listening(g.TLSPort) && g.tlsPortChecked() && g.running(c) {
 			return nil
 		}
 		if !g.running(c) {
 			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("start gate: 127.0.0.1:%d did not accept connections within %s: %s", g.Port, timeout, g.squidError())
+			return fmt.Errorf("start gate: 127.0.0.1:%d and :%d did not both accept connections within %s: %s", g.Port, g.TLSPort, timeout, g.squidError())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// tlsPortChecked reports whether the access log holds squid's check of its
+// TLS port (the front hands no tunnel over before that check succeeded).
+func (g *Gate) tlsPortChecked() bool {
+	b, err := safefile.Read(filepath.Join(g.Dir, "access.log"), 1<<20)
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if e, err := ParseLine(l); errors.Is(err, ErrBookkeeping) && isSelfCheck(e) {
+			return true
+		}
+	}
+	return false
 }
 
 // Listening reports whether a socket of this network namespace listens on

@@ -76,7 +76,7 @@ func TestSquidParse(t *testing.T) {
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg.Session, cfg.Port, cfg.Dir, cfg.Host = "parse-test", 3128, "/gate", host
+			cfg.Session, cfg.Port, cfg.TLSPort, cfg.Dir, cfg.Host = "parse-test", 3128, 3129, "/gate", host
 			conf, err := gate.Render(cfg)
 			if err != nil {
 				t.Fatal(err)

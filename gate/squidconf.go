@@ -34,7 +34,8 @@ const (
 // came from allowlist.Parse; nothing else reaches the file.
 type Config struct {
 	Session   string           // session id, [a-z0-9-] only; written into every log line
-	Port      int              // listens on 127.0.0.1:Port
+	Port      int              // the front: listens on 127.0.0.1:Port, the sandbox's one way out
+	TLSPort   int              // the TLS port on 127.0.0.1, reached from the front only (see handover.go)
 	Dir       string           // the session directory as squid sees it
 	Allowlist []allowlist.Host // validated entries
 	SSHHosts  []allowlist.Host // validated names CONNECT may reach on port 22
@@ -66,8 +67,8 @@ func Render(c Config) (string, error) {
 	if !sessionRE.MatchString(c.Session) {
 		return "", fmt.Errorf("render gate config: session id %q: want [a-z0-9-]", c.Session)
 	}
-	if c.Port < 1 || c.Port > 65535 {
-		return "", fmt.Errorf("render gate config: port %d", c.Port)
+	if err := checkPorts(c); err != nil {
+		return "", err
 	}
 	if c.Dir == "" || strings.ContainsAny(c.Dir, " \t\r\n\"#") || !strings.HasPrefix(c.Dir, "/") {
 		return "", fmt.Errorf("render gate config: directory %q must be absolute with no spaces or quotes", c.Dir)
@@ -110,15 +111,9 @@ func Render(c Config) (string, error) {
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	line("# aisb gate for session %s: generated for this session only; do not edit.", c.Session)
 	line("")
-	line("# Listen on the host's loopback only; the sandbox reaches it through its")
-	line("# network helper's mapped host address.")
-	line("# ssl-bump: every CONNECT's TLS handshake is checked (see the TLS part);")
-	line("# certificates are generated, from the session CA, for credential hosts only.")
-	generate := "off"
-	if len(c.Credentials) > 0 {
-		generate = "on"
-	}
-	line("http_port 127.0.0.1:%d ssl-bump tls-cert=%s/%s tls-key=%s/%s generate-host-certificates=%s dynamic_cert_mem_cache_size=1MB", c.Port, c.Dir, caCertFile, c.Dir, caKeyFile, generate)
+	line("# Listen on the host's loopback only; the sandbox reaches the front port")
+	line("# through its network helper's mapped host address.")
+	renderPorts(line, c, len(c.Credentials) > 0)
 	line("pid_filename %s/squid.pid", c.Dir)
 	line("cache_log %s/cache.log", c.Dir)
 	line("")
@@ -144,11 +139,10 @@ func Render(c Config) (string, error) {
 	line("# to the client, squid's result and hierarchy, what the TLS step did, the")
 	line("# credential set (its name, never its value), and the rule that decided.")
 	line("logformat gate_audit %s %%ts.%%03tu %s %%>a %%rm %%>rd %%>rP %%>Hs %%<st %%Ss:%%Sh %%ssl::bump_mode %%{cred}note %%{rule}note", LogVersion, c.Session)
-	line("access_log stdio:%s/access.log gate_audit", c.Dir)
 	line("buffered_logs off")
 	line("")
 	line("# ACLs that never resolve anything.")
-	line("acl gate_clients src 127.0.0.1/32 ::1")
+	line("acl gate_clients src 127.0.0.1/32 %s/32 ::1", SelfAddr)
 	line("acl gate_connect method CONNECT")
 	line("acl gate_connect_ports port 443 %d", SSHPort)
 	line("acl gate_web_ports port 80 443")
@@ -214,6 +208,7 @@ func Render(c Config) (string, error) {
 	line("http_access allow gate_rule_%s", RuleAllowed)
 	line("http_access deny all")
 	renderTLSRules(line, c.Dir, names, c.Credentials, c.DefaultCA)
+	renderHandover(line, c)
 	return b.String(), nil
 }
 

@@ -1,0 +1,83 @@
+package gate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/aisb-dev/aisb/allowlist"
+)
+
+// TestRenderHandover: the sandbox's port has no ssl-bump (a refusal there is
+// a 403); only CONNECTs to 443 admitted at the front go to the TLS port,
+// never direct; the access log comes after every ACL it names.
+func TestRenderHandover(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"a.example"})
+	ssh, _ := allowlist.Parse([]string{"git.example"})
+	conf, err := Render(Config{Session: "s", Port: 4001, TLSPort: 4002, Dir: "/gate", Allowlist: hosts, SSHHosts: ssh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(conf, "\n")
+	var ports []string
+	last := map[string]int{}
+	for i, l := range lines {
+		if strings.HasPrefix(l, "http_port") {
+			ports = append(ports, l)
+		}
+		if f := strings.Fields(l); len(f) > 1 && f[0] == "acl" {
+			last["acl"] = i
+		}
+		if strings.HasPrefix(l, "access_log") {
+			last["access_log"] = i
+		}
+	}
+	if len(ports) != 2 || ports[0] != "http_port 127.0.0.1:4001 name=gate_front" || !strings.HasPrefix(ports[1], "http_port 127.0.0.1:4002 name=gate_tls ssl-bump ") {
+		t.Errorf("http_port lines %q", ports)
+	}
+	for _, want := range []string{
+		"cache_peer_access gate_tls_peer allow gate_at_front gate_connect gate_tls_target",
+		"cache_peer_access gate_tls_peer deny all",
+		"never_direct allow gate_at_front gate_connect gate_tls_target",
+		"acl gate_tls_target port 443",
+		"tcp_outgoing_address " + SelfAddr + " gate_to_tls_peer",
+		"acl gate_clients src 127.0.0.1/32 " + SelfAddr + "/32 ::1",
+	} {
+		if !strings.Contains(conf, want+"\n") {
+			t.Errorf("missing %q", want)
+		}
+	}
+	if last["access_log"] < last["acl"] {
+		t.Error("access_log comes before an ACL")
+	}
+	if strings.Count(conf, "\naccess_log ") != 1 {
+		t.Error("not exactly one access_log")
+	}
+}
+
+// TestParseHandoverLines: squid's check of its own TLS port and the front's
+// line of a tunnel that failed to reach it, as squid 6.13 writes them; an
+// SSH tunnel is not read as stopped at a TLS step it never meets.
+func TestParseHandoverLines(t *testing.T) {
+	if _, err := ParseLine("aisb2 1796073174.938 s " + SelfAddr + " - - - 0 0 NONE_NONE:HIER_NONE - - -"); !errors.Is(err, ErrBookkeeping) {
+		t.Errorf("the TLS port check: %v, want bookkeeping", err)
+	}
+	// The same line from the sandbox's side is an event (blocked).
+	e, err := ParseLine("aisb2 1796073174.938 s 127.0.0.1 - - - 0 0 NONE_NONE:HIER_NONE - - -")
+	if err != nil || e.Event != EventBlocked || e.Rule != RuleUntagged {
+		t.Errorf("an empty connection from the sandbox: %+v %v", e, err)
+	}
+	// A request from the gate's own address is never dropped.
+	e, err = ParseLine("aisb2 1796073174.938 s " + SelfAddr + " CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - sni_mismatch")
+	if err != nil || e.Rule != RuleSNIMismatch {
+		t.Errorf("a TLS port decision: %+v %v", e, err)
+	}
+	e, err = ParseLine("aisb2 1796060311.625 s 127.0.0.1 CONNECT allowed.test 443 500 0 NONE_NONE:HIER_NONE - - allowed")
+	if err != nil || e.Event != EventBlocked || e.Rule != RuleTerminated {
+		t.Errorf("a tunnel the front could not hand over: %+v %v", e, err)
+	}
+	e, err = ParseLine("aisb2 1796060311.625 s 127.0.0.1 CONNECT git.test 22 200 4120 TCP_TUNNEL:HIER_DIRECT - - allowed")
+	if err != nil || e.Event != EventAllowed || e.Rule != RuleAllowed {
+		t.Errorf("an SSH tunnel: %+v %v", e, err)
+	}
+}
