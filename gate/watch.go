@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/netaddr"
+	"github.com/aisb-dev/aisb/safefile"
 )
 
 // WatchEvery is how often a running gate re-reads the host's addresses.
@@ -50,7 +50,8 @@ func refreshHost(g *Gate, reconfigure func() error) error {
 		return err
 	}
 	path := filepath.Join(g.Dir, "squid.conf")
-	b, err := os.ReadFile(path)
+	// squid can write its directory: never read through a link there.
+	b, err := safefile.Read(path, 1<<20)
 	if err != nil {
 		return err
 	}
@@ -68,11 +69,8 @@ func refreshHost(g *Gate, reconfigure func() error) error {
 	if !found {
 		return errNoACL
 	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	// squid.conf may hold credentials: it stays the gate's alone.
+	if err := writePrivate(path, []byte(strings.Join(lines, "\n"))); err != nil {
 		return err
 	}
 	return reconfigure()
