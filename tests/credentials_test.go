@@ -2,6 +2,8 @@ package tests
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -94,6 +96,10 @@ func TestCredentials(t *testing.T) {
 	// The sandbox searches for the values by patterns that do not match
 	// themselves, so the search cannot find its own arguments.
 	keyRE, bearerRE := "R[E]ALKEY-"+stamp, "R[E]ALBEARER-"+stamp
+	// Controls: the same searches find a value that is there, in the
+	// project (a file) and in /proc (a variable of the script's own).
+	controlRE := "C[O]NTROL-" + stamp
+	writeUserFile(t, filepath.Join(a.project, "control.txt"), "CONTROL-"+stamp+"\n")
 	writeUserFile(t, filepath.Join(a.project, "node-connect.js"), nodeConnect)
 	cases := []scriptCase{
 		{"env", `printenv TEST_API_KEY; printenv TEST_BEARER`},
@@ -107,7 +113,9 @@ func TestCredentials(t *testing.T) {
 		{"upload", `head -c 6000000 /dev/urandom >/tmp/big && sha256sum </tmp/big | cut -c1-64 && curl -sS --data-binary @/tmp/big https://api.allowed.test/upload`},
 		{"node", `node /project/node-connect.js`},
 		{"files", `grep -rIl -D skip --exclude-dir=proc --exclude-dir=sys -e '` + keyRE + `' -e '` + bearerRE + `' / 2>/dev/null; echo searched`},
+		{"filesctl", `grep -rIl -D skip --exclude-dir=proc --exclude-dir=sys -e '` + controlRE + `' / 2>/dev/null | cat`},
 		{"proc", `cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -e '` + keyRE + `' -e '` + bearerRE + `'`},
+		{"procctl", `CTL=C''ONTROL-` + stamp + ` sh -c 'cat /proc/[0-9]*/environ 2>/dev/null' | tr '\0' '\n' | grep -c -e '` + controlRE + `'`},
 		{"cafile", `echo $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $GIT_SSL_CAINFO $CURL_CA_BUNDLE; ls -l /etc/ssl/certs/ca-certificates.crt | cut -c1-10`},
 		{"caw", `echo x >> /etc/ssl/certs/ca-certificates.crt`},
 	}
@@ -137,8 +145,14 @@ func TestCredentials(t *testing.T) {
 	if strings.TrimSpace(res["files"].out) != "searched" {
 		t.Errorf("the real value is in a file the agent can read: %q", res["files"].out)
 	}
-	if res["proc"].out != "0" {
+	if strings.TrimSpace(res["proc"].out) != "0" {
 		t.Errorf("the real value is in /proc: %+v", res["proc"])
+	}
+	if strings.TrimSpace(res["filesctl"].out) != "/project/control.txt" {
+		t.Errorf("control: the file search did not find the control value in /project: %+v", res["filesctl"])
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(res["procctl"].out)); n < 1 {
+		t.Errorf("control: the /proc search did not find a variable that is there: %+v", res["procctl"])
 	}
 	want("cafile", strings.Repeat("/etc/ssl/certs/ca-certificates.crt ", 5)+"-rw-r--r--")
 	if res["caw"].code == 0 {
@@ -209,6 +223,58 @@ func TestCredentials(t *testing.T) {
 	})
 }
 
+// piModels points pi's built-in Anthropic provider at the test upstream,
+// which the user config below makes a credential host for the key pi reads.
+const piModels = `{"providers": {"anthropic": {"baseUrl": "https://api.allowed.test"}}}`
+
+// TestCredentialsPiHarness: the pi harness starts in a sandbox that trusts
+// the session CA, and a request it makes (offline: its Anthropic provider
+// pointed at the test upstream) passes the bump with Node's own TLS; the
+// key arrives from the gate, the sandbox held the placeholder.
+func TestCredentialsPiHarness(t *testing.T) {
+	cfg := dnsConfig() + `allowed_hosts = ["allowed.test"]
+upstream_ca = ["` + filepath.Join(testhost.StateDir, "ca.pem") + `"]
+
+[[credentials]]
+host = "api.allowed.test"
+header = "x-api-key"
+env = "ANTHROPIC_API_KEY"
+`
+	a := newAisb(t, testhost.BaseImage, cfg)
+	key := "REALPIKEY-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	script := `mkdir -p ~/.pi/agent && printf '%s' '` + piModels + `' >~/.pi/agent/models.json
+pi --version; echo "version=$?"
+echo "key=$ANTHROPIC_API_KEY"
+timeout 120 pi -p --provider anthropic "say hi" </dev/null >/tmp/pi.out 2>&1; echo "request=$?"
+`
+	writeUserFile(t, filepath.Join(a.project, "pi.sh"), script)
+	mark := headersMark(t)
+	r := a.runEnv(t, []string{"ANTHROPIC_API_KEY=" + key}, "run", "--harness", "pi", "--", "sh", "/project/pi.sh")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "version=0") {
+		t.Fatalf("pi --version in a sandbox with the session CA: %s", r)
+	}
+	if !strings.Contains(r.Stdout, "key=aisb-placeholder-the-gate-sets-the-real-key") {
+		t.Errorf("pi's key inside the sandbox: %s", r.Stdout)
+	}
+	var got []upstreamRequest
+	for _, u := range upstreamRequests(t, mark) {
+		if u.Host == "api.allowed.test" && strings.HasPrefix(u.Path, "/v1/messages") {
+			got = append(got, u)
+		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("pi's request never reached the upstream through the bump: %s", r)
+	}
+	for _, u := range got {
+		if k := u.Headers["X-Api-Key"]; len(k) != 1 || k[0] != key {
+			t.Errorf("pi's request arrived with x-api-key %q, want the real key only", k)
+		}
+		if u.Scheme != "https" {
+			t.Errorf("pi's request arrived over %s", u.Scheme)
+		}
+	}
+}
+
 // TestCredentialUpstreamUnverified: without the upstream's CA in
 // network.upstream_ca the gate refuses to send the key to it.
 func TestCredentialUpstreamUnverified(t *testing.T) {
@@ -273,7 +339,10 @@ func TestCredentialsStayOutOfProjects(t *testing.T) {
 		writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), body)
 		for _, trusted := range []bool{false, true} {
 			if trusted {
-				if r := a.run(t, "trust"); r.Code != 0 {
+				// The hash of the content reviewed: without a terminal,
+				// trust needs it.
+				sum := sha256.Sum256([]byte(body))
+				if r := a.run(t, "trust", "--sha256", hex.EncodeToString(sum[:])); r.Code != 0 {
 					t.Fatalf("aisb trust: %s", r)
 				}
 			}
