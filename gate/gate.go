@@ -145,8 +145,9 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	s.Name = g.Name
 	s.Command = []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
 	if len(o.Credentials) > 0 {
-		// squid's certificate store must exist, made by its own tool, before it starts.
-		s.Command = []string{"/bin/sh", "-c", fmt.Sprintf("/usr/lib/squid/security_file_certgen -c -s %s/%s -M 4MB >/dev/null && exec squid -N -f %s/squid.conf", dirInContainer, certDBDir, dirInContainer)}
+		// squid's certificate store must exist, made by its own tool, before
+		// it starts; it holds generated keys, so it is the gate's alone too.
+		s.Command = []string{"/bin/sh", "-c", fmt.Sprintf("umask 077 && /usr/lib/squid/security_file_certgen -c -s %s/%s -M 4MB >/dev/null && exec squid -N -f %s/squid.conf", dirInContainer, certDBDir, dirInContainer)}
 	}
 	// SIGINT makes squid close its connections and exit at once; SIGTERM
 	// waits shutdown_lifetime and often outlasts podman's stop timeout.
