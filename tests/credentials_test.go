@@ -5,11 +5,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +120,7 @@ func TestCredentials(t *testing.T) {
 		{"filesctl", `grep -rIl -D skip --exclude-dir=proc --exclude-dir=sys -e '` + controlRE + `' / 2>/dev/null | cat`},
 		{"proc", `cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c -e '` + keyRE + `' -e '` + bearerRE + `'`},
 		{"procctl", `CTL=C''ONTROL-` + stamp + ` sh -c 'cat /proc/[0-9]*/environ 2>/dev/null' | tr '\0' '\n' | grep -c -e '` + controlRE + `'`},
+		{"cakey", `for i in $(seq 600); do [ -s /project/ca-needle ] && break; sleep 0.1; done; [ -s /project/ca-needle ] || exit 9; grep -rIl -D skip --exclude-dir=proc --exclude-dir=sys -f /project/ca-needle / 2>/dev/null; echo searched`},
 		{"cafile", `echo $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE $GIT_SSL_CAINFO $CURL_CA_BUNDLE; ls -l /etc/ssl/certs/ca-certificates.crt | cut -c1-10`},
 		{"caw", `echo x >> /etc/ssl/certs/ca-certificates.crt`},
 	}
@@ -123,6 +128,8 @@ func TestCredentials(t *testing.T) {
 	mark := headersMark(t)
 	inspected := make(chan string, 1)
 	go func() { inspected <- inspectSandboxes(t) }()
+	gateFiles := make(chan gateFileCheck, 1)
+	go func() { gateFiles <- checkGateFiles(a) }()
 	r := a.runEnv(t, []string{"TEST_API_KEY=" + key, "TEST_BEARER=" + bearer}, "run", "--harness", "shell", "--", "sh", "/project/creds.sh")
 	if r.Code != 0 {
 		t.Fatalf("aisb run: %s", r)
@@ -166,8 +173,30 @@ func TestCredentials(t *testing.T) {
 	// The first event arrived while the upstream was still sending (its
 	// last event is a second after the second, two after the first).
 	checkSSE(t, res["sse"].out)
+	// The gate's files, while it ran: squid.conf (which holds the values)
+	// and the session CA's key readable by the user (the gate) alone; the
+	// key is nowhere the sandbox can read (the search has its control in
+	// "filesctl") and not in podman inspect.
+	gf := <-gateFiles
+	if gf.err != nil {
+		t.Fatalf("the gate's files: %v", gf.err)
+	}
+	for name, m := range gf.modes {
+		if m.Perm()&0o077 != 0 {
+			t.Errorf("%s has mode %v: others can read it", name, m)
+		}
+	}
+	if u, _ := user.Lookup(testhost.User); u == nil || strconv.Itoa(gf.owner) != u.Uid {
+		t.Errorf("the gate's files are owned by uid %d, not the user's", gf.owner)
+	}
+	if res["cakey"].code != 0 || strings.TrimSpace(res["cakey"].out) != "searched" {
+		t.Errorf("the session CA's key is in a file the agent can read: %+v", res["cakey"])
+	}
 	// podman inspect saw the sandbox (its placeholder), never the value.
 	where := <-inspected
+	if strings.Contains(where, gf.keyLine) {
+		t.Errorf("podman inspect of the sandbox shows the session CA's key")
+	}
 	if !strings.Contains(where, "aisb-placeholder-the-gate-sets-the-real-key") {
 		t.Errorf("podman inspect did not see the running sandbox: %.200s", where)
 	}
@@ -273,6 +302,59 @@ timeout 120 pi -p --provider anthropic "say hi" </dev/null >/tmp/pi.out 2>&1; ec
 			t.Errorf("pi's request arrived over %s", u.Scheme)
 		}
 	}
+}
+
+// gateFileCheck is what checkGateFiles saw of a running session's gate.
+type gateFileCheck struct {
+	modes   map[string]os.FileMode // squid.conf, tls/ and every file in it
+	owner   int
+	keyLine string // a line of the session CA's key (key material, not the PEM's fixed prefix)
+	err     error
+}
+
+// checkGateFiles waits for the session's gate directory, records the modes
+// of its private files, and writes a pattern for a line of the CA key to
+// the project's ca-needle (in a form that does not match itself) for the
+// sandbox to search for.
+func checkGateFiles(a *aisbUser) gateFileCheck {
+	var keys []string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && len(keys) == 0; time.Sleep(100 * time.Millisecond) {
+		keys, _ = filepath.Glob(filepath.Join(a.state, "*", "sessions", "*", "gate", "tls", "ca.key"))
+	}
+	if len(keys) != 1 {
+		return gateFileCheck{err: fmt.Errorf("found %d session CA keys", len(keys))}
+	}
+	tlsDir := filepath.Dir(keys[0])
+	out := gateFileCheck{modes: map[string]os.FileMode{}}
+	paths := []string{filepath.Join(filepath.Dir(tlsDir), "squid.conf"), tlsDir}
+	files, _ := filepath.Glob(filepath.Join(tlsDir, "*"))
+	for _, p := range append(paths, files...) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return gateFileCheck{err: err}
+		}
+		out.modes[strings.TrimPrefix(p, a.state)] = fi.Mode()
+		out.owner = int(fi.Sys().(*syscall.Stat_t).Uid)
+	}
+	b, err := os.ReadFile(keys[0])
+	if err != nil {
+		return gateFileCheck{err: err}
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 3 || len(lines[2]) < 16 {
+		return gateFileCheck{err: fmt.Errorf("the CA key is not a PEM of several lines")}
+	}
+	out.keyLine = lines[2]
+	needle := "[" + out.keyLine[:1] + "]" + regexp.QuoteMeta(out.keyLine[1:]) + "\n"
+	if err := os.WriteFile(filepath.Join(a.project, "ca-needle"), []byte(needle), 0o644); err != nil {
+		return gateFileCheck{err: err}
+	}
+	if u, err := user.Lookup(testhost.User); err == nil {
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		os.Chown(filepath.Join(a.project, "ca-needle"), uid, gid)
+	}
+	return out
 }
 
 // TestCredentialUpstreamUnverified: without the upstream's CA in
