@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -169,8 +170,21 @@ func squidParses(r *Report, c *engine.Conn, o Options) {
 		conf, err = gate.Render(gate.Config{Session: "doctor", Port: 3128, TLSPort: 3129, Dir: "/gate", Allowlist: hosts, Host: host})
 	}
 	if err == nil {
-		// The TLS port's certificate must exist for squid to parse the file.
+		// The TLS port's certificate must exist for squid to parse the file,
+		// readable by the image's proxy user: a throw-away CA nobody trusts,
+		// removed with the directory.
 		_, _, err = gate.WriteTLSFiles(dir, nil, nil)
+	}
+	if err == nil {
+		err = filepath.WalkDir(filepath.Join(dir, "tls"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return os.Chmod(p, 0o755)
+			}
+			return os.Chmod(p, 0o644)
+		})
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "squid.conf"), []byte(conf), 0o644)
