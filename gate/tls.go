@@ -187,6 +187,13 @@ func upstreamBundle(extra []string) (bundle []byte, found bool, err error) {
 	return bundle, found, nil
 }
 
+// SecretPaths are what of a gate directory holds secrets: squid.conf (the
+// credentials' values) and the TLS directory (the session CA's key, the keys
+// squid generated). They go with the session; the access log stays.
+func SecretPaths(dir string) []string {
+	return []string{filepath.Join(dir, "squid.conf"), filepath.Join(dir, tlsDir)}
+}
+
 // WriteTLSFiles makes a fresh session CA for the credential hosts and writes
 // what squid needs into dir/tls, readable by the gate alone. It returns the
 // CA certificate and whether squid must add its own trust store.

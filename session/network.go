@@ -41,7 +41,7 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		g, stop, err := openGate(ctx, c, o, id, filepath.Join(dir, "gate"), owner, st, creds)
+		g, stop, err := openGate(ctx, c, o, id, gateDir(dir), owner, st, creds)
 		if err != nil {
 			return nil, err
 		}
@@ -111,6 +111,9 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 	}
 	return n, nil
 }
+
+// gateDir is the gate's directory within the session directory dir.
+func gateDir(dir string) string { return filepath.Join(dir, "gate") }
 
 // openGate starts the session's gate (or finds the long-lived one) and
 // follows its audit into st's audit file; stop removes it. A session gate

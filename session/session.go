@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -126,7 +125,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// first, this runs after the gate is gone; the rest of the directory
 	// (the access log, a review's layer) stays.
 	defer func() {
-		for _, p := range []string{filepath.Join(dir, "gate", "squid.conf"), filepath.Join(dir, "gate", "tls")} {
+		for _, p := range gate.SecretPaths(gateDir(dir)) {
 			if err := os.RemoveAll(p); err != nil {
 				o.Logf("remove the gate's secrets: %v", err)
 			}

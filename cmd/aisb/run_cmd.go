@@ -150,7 +150,7 @@ func watchdogCommand(e *appEnv) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			s := c.String("session")
-			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)}, []string{filepath.Join(e.paths.SessionDir(s), "gate", "squid.conf"), filepath.Join(e.paths.SessionDir(s), "gate", "tls")})
+			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)}, gate.SecretPaths(filepath.Join(e.paths.SessionDir(s), "gate")))
 		},
 	}
 }
