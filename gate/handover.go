@@ -59,7 +59,6 @@ func renderHandover(line func(string, ...any), c Config) {
 	line("# squid checks its peer at start, before its own ports listen: a refused")
 	line("# first check would leave the TLS port \"dead\" until a request fails, so")
 	line("# connections are retried (connect_retries).")
-	line("acl gate_at_front myportname %s", frontPortName)
 	line("acl gate_tls_target port 443")
 	line("acl gate_to_tls_peer peername %s", tlsPeerName)
 	line("cache_peer 127.0.0.1 parent %d 0 no-query no-digest no-netdb-exchange name=%s", c.TLSPort, tlsPeerName)

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -79,5 +80,52 @@ func TestParseHandoverLines(t *testing.T) {
 	e, err = ParseLine("aisb2 1796060311.625 s 127.0.0.1 CONNECT git.test 22 200 4120 TCP_TUNNEL:HIER_DIRECT - - allowed")
 	if err != nil || e.Event != EventAllowed || e.Rule != RuleAllowed {
 		t.Errorf("an SSH tunnel: %+v %v", e, err)
+	}
+}
+
+// TestSNIHelper runs the helper squid asks about ClientHellos, as squid
+// feeds it ("SNI TARGET QUESTION", "-" for a missing value).
+func TestSNIHelper(t *testing.T) {
+	in := strings.Join([]string{
+		"a.example a.example present",
+		"- a.example present",
+		"a.example a.example target",
+		"b.example a.example target",
+		"a.example. a.example target",
+		"- a.example target",
+		"A.example a.example target",
+		"a.example a.example other",
+	}, "\n") + "\n"
+	cmd := exec.Command("/bin/sh", "-c", sniHelper)
+	cmd.Stdin = strings.NewReader(in)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "OK ERR OK ERR OK ERR ERR ERR"
+	if got := strings.Join(strings.Fields(string(out)), " "); got != want {
+		t.Errorf("answers %q, want %q", got, want)
+	}
+}
+
+// TestRenderHandedNotAskedAgain: on the TLS port a tunnel the front handed
+// over is not put to the live helper again (one question, asked once).
+func TestRenderHandedNotAskedAgain(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"a.example", "192.0.2.7"})
+	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts, Helper: &Helper{Program: "/ask/h", Socket: "/ask/s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range strings.Split(conf, "\n") {
+		if strings.HasPrefix(l, "http_access") && strings.Contains(l, "!gate_live") {
+			n++
+			if !strings.Contains(l, " !gate_handed !gate_live ") {
+				t.Errorf("%q asks about a tunnel the front already admitted", l)
+			}
+		}
+	}
+	if n != 2 || !strings.Contains(conf, "\nacl gate_handed all-of gate_connect gate_from_front !gate_at_front\n") {
+		t.Errorf("%d asking lines; gate_handed:\n%s", n, conf)
 	}
 }

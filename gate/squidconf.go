@@ -147,6 +147,9 @@ func Render(c Config) (string, error) {
 	line("acl gate_connect_ports port 443 %d", SSHPort)
 	line("acl gate_web_ports port 80 443")
 	line("acl gate_http proto HTTP")
+	line("acl gate_at_front myportname %s", frontPortName)
+	line("acl gate_from_front src %s", SelfAddr)
+	line("acl gate_handed all-of gate_connect gate_from_front !gate_at_front")
 	line(`acl gate_ip_literal dstdom_regex -n ^[0-9.]+$ : [[]`)
 	if len(addrs) > 0 {
 		line("acl gate_listed_addrs dst -n %s", strings.Join(addrs, " "))
@@ -166,7 +169,9 @@ func Render(c Config) (string, error) {
 		line("# listed name never waits on it. ttl=0: no answer is reused.")
 		line("external_acl_type gate_live_helper ttl=0 negative_ttl=0 grace=0 children-startup=1 children-max=1 concurrency=1000 %%DST %s %s", h.Program, h.Socket)
 		line("acl gate_live external gate_live_helper")
-		live = " !gate_live"
+		// A tunnel the front handed to the TLS port was asked about there
+		// already: asking again could put one question to the user twice.
+		live = " !gate_handed !gate_live"
 	}
 	renderTLSACLs(line, c.Dir, names, c.Credentials)
 	line("")

@@ -41,12 +41,22 @@ const (
 	certDBDir      = tlsDir + "/certs"         // squid's generated certificates
 )
 
-// sniHelper is squid's external ACL helper for "the ClientHello named a
-// host": squid's own ssl::server_name falls back to the CONNECT target when
-// the SNI is missing, so presence needs its own check. It reads one
-// %ssl::>sni per line ("-" when absent) and answers OK or ERR.
-const sniHelper = `while read -r sni rest; do
-	case "$sni" in -|"") echo ERR ;; *) echo OK ;; esac
+// sniHelper is squid's external ACL helper for two questions about a
+// ClientHello. "present": did it name a host? squid's own ssl::server_name
+// falls back to the CONNECT target when the SNI is missing, so presence needs
+// a check of its own. "target": does it name exactly the CONNECT target (a
+// name the front admitted, from the list or live)? It reads
+// "%ssl::>sni %DST QUESTION" per line ("-" for a missing value; squid
+// lower-cases the target, a name with upper case in the SNI is no match) and
+// answers OK or ERR.
+const sniHelper = `while read -r sni dst question rest; do
+	case "$question:$sni" in
+	present:-|present:) echo ERR ;;
+	present:*) echo OK ;;
+	target:-|target:) echo ERR ;;
+	target:*) if [ "${sni%.}" = "${dst%.}" ]; then echo OK; else echo ERR; fi ;;
+	*) echo ERR ;;
+	esac
 done
 `
 
@@ -60,8 +70,9 @@ func renderTLSACLs(line func(string, ...any), dir string, names []string, creds 
 	line("# admitting the CONNECT target also admits; credential hosts are bumped")
 	line("# (decrypted with the session CA) so the gate can set their header.")
 	line("acl gate_step1 at_step SslBump1")
-	line("external_acl_type gate_sni ttl=60 negative_ttl=60 children-max=1 children-startup=1 %%ssl::>sni /bin/sh %s/%s", dir, sniHelperFile)
-	line("acl gate_sni_present external gate_sni")
+	line("external_acl_type gate_sni ttl=60 negative_ttl=60 children-max=1 children-startup=1 %%ssl::>sni %%DST /bin/sh %s/%s", dir, sniHelperFile)
+	line("acl gate_sni_present external gate_sni present")
+	line("acl gate_sni_is_target external gate_sni target")
 	for _, r := range []string{RuleSNIMismatch, RuleNoSNI, RuleNotTLS, RuleBumped, RuleCredential, RuleWebsocket} {
 		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
 	}
@@ -119,6 +130,9 @@ func renderTLSRules(line func(string, ...any), dir string, names []string, creds
 	for i := range names {
 		line("ssl_bump splice gate_target_%d gate_sni_%d gate_sni_present", i, i)
 	}
+	// A ClientHello naming exactly the tunnel's target: also a name allowed
+	// live, which no line above lists.
+	line("ssl_bump splice gate_sni_is_target gate_sni_present")
 	line("ssl_bump terminate all gate_rule_%s", RuleSNIMismatch)
 	line("on_unsupported_protocol respond all gate_rule_%s", RuleNotTLS)
 	if len(creds) == 0 {
