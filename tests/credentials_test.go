@@ -278,7 +278,7 @@ timeout 120 pi -p --provider anthropic "say hi" </dev/null >/tmp/pi.out 2>&1; ec
 `
 	writeUserFile(t, filepath.Join(a.project, "pi.sh"), script)
 	mark := headersMark(t)
-	r := a.runEnv(t, []string{"ANTHROPIC_API_KEY=" + key}, "run", "--harness", "pi", "--", "sh", "/project/pi.sh")
+	r := a.runEnv(t, []string{"ANTHROPIC_API_KEY=" + key}, "run", "--harness", "pi", "--fresh", "--", "sh", "/project/pi.sh")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "version=0") {
 		t.Fatalf("pi --version in a sandbox with the session CA: %s", r)
 	}
