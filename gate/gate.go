@@ -1,3 +1,6 @@
+// This file is a little over 300 lines: the gate container's whole life
+// (its files, two ports, start, readiness, stop) kept together.
+
 package gate
 
 import (

@@ -1,3 +1,6 @@
+// The renderer's tests in one file of about 370 lines: golden files, rule
+// order, SSH, the live helper and the TLS layer all read the same squid.conf.
+
 package gate
 
 import (

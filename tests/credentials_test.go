@@ -1,3 +1,7 @@
+// The credential tests and their helpers (the upstream's headers log, the
+// gate-file check, the pi request) in one file of about 440 lines: they
+// share the user configuration and the test upstream's CA.
+
 package tests
 
 import (
