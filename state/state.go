@@ -90,32 +90,57 @@ func Owner() string {
 // OwnerAlive reports whether the process named by an Owner value still runs.
 // An unreadable value counts as dead, so its containers get reaped.
 func OwnerAlive(owner string) bool {
+	pid, st, ok := parseOwner(owner)
+	return ok && startTime(pid) == st
+}
+
+// OwnerExited reports whether the process named by an Owner value has
+// exited: gone, or a zombie not yet reaped (its files are closed).
+func OwnerExited(owner string) bool {
+	pid, st, ok := parseOwner(owner)
+	if !ok {
+		return true
+	}
+	f := stat(pid)
+	if len(f) < 20 {
+		return true
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v != st || f[0] == "Z" || f[0] == "X"
+}
+
+func parseOwner(owner string) (pid int, start uint64, ok bool) {
 	p, s, ok := strings.Cut(owner, ":")
 	pid, err1 := strconv.Atoi(p)
 	st, err2 := strconv.ParseUint(s, 10, 64)
-	if !ok || err1 != nil || err2 != nil || pid <= 0 {
-		return false
+	if !ok || err1 != nil || err2 != nil || pid <= 0 || st == 0 {
+		return 0, 0, false
 	}
-	return startTime(pid) == st && st != 0
+	return pid, st, true
 }
 
 // startTime is field 22 of /proc/PID/stat, or 0 when the process is gone.
 func startTime(pid int) uint64 {
+	f := stat(pid)
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// stat is /proc/PID/stat from field 3 (the state) on, or nil.
+func stat(pid int) []string {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return nil
 	}
 	// The command name (field 2) may hold spaces and parentheses: count
 	// from the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return nil
 	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	return strings.Fields(s[i+1:])
 }

@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 )
 
 func TestOwner(t *testing.T) {
@@ -19,6 +20,35 @@ func TestOwner(t *testing.T) {
 	for _, o := range []string{dead, "", "x", "1:x", "-1:5", Owner() + "1"} {
 		if OwnerAlive(o) {
 			t.Errorf("OwnerAlive(%q) = true", o)
+		}
+	}
+}
+
+// TestOwnerExited: a process that has exited counts as exited while it is a
+// zombie not yet reaped (its files are closed), and once it is gone.
+func TestOwnerExited(t *testing.T) {
+	if OwnerExited(Owner()) {
+		t.Fatal("this process counts as exited")
+	}
+	cmd := exec.Command("sleep", "0.1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	o := OwnerOf(cmd.Process.Pid)
+	if OwnerExited(o) {
+		t.Error("a running child counts as exited")
+	}
+	time.Sleep(500 * time.Millisecond) // exited, not yet reaped
+	if !OwnerAlive(o) || !OwnerExited(o) {
+		t.Errorf("a zombie: alive %v, exited %v", OwnerAlive(o), OwnerExited(o))
+	}
+	cmd.Wait()
+	if !OwnerExited(o) {
+		t.Error("a reaped child does not count as exited")
+	}
+	for _, bad := range []string{"", "x", "1:0"} {
+		if !OwnerExited(bad) {
+			t.Errorf("OwnerExited(%q) = false", bad)
 		}
 	}
 }
