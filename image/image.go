@@ -4,6 +4,7 @@ package image
 
 import (
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,7 +50,18 @@ const Label = "io.aisb.inputs"
 
 // Tag computes the image's tag from the Containerfile, the context files, the
 // base image's ID and the extra inputs; baseID must be the resolved ID.
-func (s Spec) Tag(baseID string) string {
+func (s Spec) Tag(baseID string) string { return s.Hash().Tag(baseID) }
+
+// Hashed is a Spec with its Containerfile and files already hashed: the
+// costly part of its tag (the sandbox's holds the entrypoint binary, some
+// megabytes), which can run before Podman answers.
+type Hashed struct {
+	Spec  Spec
+	state []byte // the hash so far (encoding.BinaryMarshaler)
+}
+
+// Hash hashes the inputs that do not depend on the base image.
+func (s Spec) Hash() Hashed {
 	h := sha256.New()
 	fmt.Fprintf(h, "containerfile %d\n", len(s.Containerfile))
 	h.Write(s.Containerfile)
@@ -61,32 +74,44 @@ func (s Spec) Tag(baseID string) string {
 		fmt.Fprintf(h, "file %s %d\n", n, len(s.Files[n]))
 		h.Write(s.Files[n])
 	}
+	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		panic(err) // crypto/sha256 always marshals
+	}
+	return Hashed{Spec: s, state: st}
+}
+
+// Tag is Spec.Tag from the hash so far.
+func (hs Hashed) Tag(baseID string) string {
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(hs.state); err != nil {
+		panic(err) // a state Hash wrote
+	}
 	fmt.Fprintf(h, "base %s\n", baseID)
-	args := make([]string, 0, len(s.Args))
-	for k := range s.Args {
+	args := make([]string, 0, len(hs.Spec.Args))
+	for k := range hs.Spec.Args {
 		args = append(args, k)
 	}
 	sort.Strings(args)
 	for _, k := range args {
-		fmt.Fprintf(h, "arg %s %d %s\n", k, len(s.Args[k]), s.Args[k])
+		fmt.Fprintf(h, "arg %s %d %s\n", k, len(hs.Spec.Args[k]), hs.Spec.Args[k])
 	}
-	return "localhost/" + s.Name + ":" + hex.EncodeToString(h.Sum(nil))[:16]
+	return "localhost/" + hs.Spec.Name + ":" + hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // BaseID resolves the base image to its ID, pulling it when it is missing.
 func BaseID(c *engine.Conn, base string, b Build) (string, error) {
-	if ok, err := images.Exists(c.Ctx, base, nil); err != nil {
-		return "", fmt.Errorf("look up base image %s: %w", base, err)
-	} else if !ok {
+	data, err := images.GetImage(c.Ctx, base, nil)
+	if engine.IsNotFound(err) {
 		p := newProgress(b.Output, "pulling "+base, "pulled "+base, everyLine, time.Now)
 		p.startTicker(time.Second)
-		_, err := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(p))
-		p.finish(err)
-		if err != nil {
-			return "", fmt.Errorf("pull base image %s: %w (where no registry is reachable, set sandbox.base_image or AISB_BASE_IMAGE to a local image)", base, err)
+		_, perr := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(p))
+		p.finish(perr)
+		if perr != nil {
+			return "", fmt.Errorf("pull base image %s: %w (where no registry is reachable, set sandbox.base_image or AISB_BASE_IMAGE to a local image)", base, perr)
 		}
+		data, err = images.GetImage(c.Ctx, base, nil)
 	}
-	data, err := images.GetImage(c.Ctx, base, nil)
 	if err != nil {
 		return "", fmt.Errorf("inspect base image %s: %w", base, err)
 	}
@@ -101,16 +126,63 @@ func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error)
 		return "", false, err
 	}
 	tag = s.Tag(baseID)
-	exists := func() (bool, error) {
-		ok, err := images.Exists(c.Ctx, tag, nil)
-		if err != nil {
-			return false, fmt.Errorf("look up image %s: %w", tag, err)
-		}
-		return ok, nil
-	}
-	if ok, err := exists(); err != nil || ok {
+	if ok, err := exists(c, tag); err != nil || ok {
 		return tag, false, err
 	}
+	return build(c, s, tag, b)
+}
+
+// EnsureAll is Ensure for several images at once, hashed beforehand: each
+// base image is looked up once and the tags are checked side by side; the
+// builds, if any, run one after another. The tags come in the order given.
+func EnsureAll(c *engine.Conn, b Build, specs ...Hashed) ([]string, error) {
+	bases := map[string]string{}
+	for _, s := range specs {
+		if _, ok := bases[s.Spec.BaseImage]; ok {
+			continue
+		}
+		id, err := BaseID(c, s.Spec.BaseImage, b)
+		if err != nil {
+			return nil, err
+		}
+		bases[s.Spec.BaseImage] = id
+	}
+	tags := make([]string, len(specs))
+	found := make([]bool, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		tags[i] = s.Tag(bases[s.Spec.BaseImage])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			found[i], errs[i] = exists(c, tags[i])
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, s := range specs {
+		if !found[i] {
+			if _, _, err := build(c, s.Spec, tags[i], b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return tags, nil
+}
+
+func exists(c *engine.Conn, tag string) (bool, error) {
+	ok, err := images.Exists(c.Ctx, tag, nil)
+	if err != nil {
+		return false, fmt.Errorf("look up image %s: %w", tag, err)
+	}
+	return ok, nil
+}
+
+// build builds s as tag unless, once the build lock is held, it exists.
+func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
 	// Sessions started together build once: the others wait, then find it.
 	unlock, err := lock(b.LockDir, s.Name)
 	if err != nil {
@@ -120,7 +192,7 @@ func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error)
 	} else {
 		defer unlock()
 	}
-	if ok, err := exists(); err != nil || ok {
+	if ok, err := exists(c, tag); err != nil || ok {
 		return tag, false, err
 	}
 	b.logf("building %s on %s", tag, s.BaseImage)

@@ -51,6 +51,15 @@ func TestTag(t *testing.T) {
 	if base.Tag("id2") == want {
 		t.Error("changing the base image ID keeps the tag")
 	}
+	// Hashed ahead of the base image's ID, the tag is the same, and the
+	// same as before hashing was split (images built then are kept).
+	if got := base.Hash().Tag("id"); got != want || want != "localhost/aisb-x:d6339714de9b74ca" {
+		t.Errorf("Hash().Tag = %s, Tag = %s, want localhost/aisb-x:d6339714de9b74ca", got, want)
+	}
+	h := base.Hash()
+	if h.Tag("id") != h.Tag("id") || h.Tag("id2") == want {
+		t.Error("a Hashed's tag changes between calls or ignores the base image's ID")
+	}
 }
 
 func TestLockRefusesNoDirectory(t *testing.T) {
