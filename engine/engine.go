@@ -36,6 +36,9 @@ const (
 	LabelKind    = "io.aisb.kind"    // "gate" or "sandbox"
 	LabelSession = "io.aisb.session" // session id, or the gate's name for a long-lived gate
 	LabelOwner   = "io.aisb.owner"   // "PID:STARTTIME" of the aisb process that owns it; absent for long-lived gates
+	// LabelFinisher is "PID:STARTTIME" of the session's watchdog, which
+	// removes a session gate after its owner exits: not reaped while it lives.
+	LabelFinisher = "io.aisb.finisher"
 )
 
 // Conn is a live connection to a Podman service.

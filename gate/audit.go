@@ -157,10 +157,15 @@ func ParseLine(line string) (Event, error) {
 // squid writes them, until ctx ends; then it converts what remains and
 // returns. A missing log is waited for.
 func Follow(ctx context.Context, path, session string, out io.Writer) error {
+	_, err := follow(ctx, path, session, out, tail.Options{Free: true})
+	return err
+}
+
+func follow(ctx context.Context, path, session string, out io.Writer, o tail.Options) (int64, error) {
 	enc := json.NewEncoder(out)
 	// squid can write its directory: the log is opened without following a
 	// link, must be a regular file, and what is converted is freed.
-	return tail.FollowAndFree(ctx, path, func(line []byte) error {
+	return tail.FollowLog(ctx, path, o, func(line []byte) error {
 		e, ok := eventFor(string(line), session)
 		if !ok {
 			return nil

@@ -55,6 +55,28 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// endsCapped reports whether the audit file at path ends with the capped
+// event: an audit continued by another follower (StartAudit from an offset)
+// stays capped.
+func endsCapped(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return false
+	}
+	buf := make([]byte, min(fi.Size(), 4096))
+	if _, err := f.ReadAt(buf, fi.Size()-int64(len(buf))); err != nil {
+		return false
+	}
+	lines := strings.Split(strings.TrimRight(string(buf), "\n"), "\n")
+	var e Event
+	return json.Unmarshal([]byte(lines[len(lines)-1]), &e) == nil && e.Event == EventCapped
+}
+
 // PruneAudit removes the oldest audit files of dir (never keep) until all
 // of them together take at most total bytes.
 func PruneAudit(dir string, total int64, keep string) error {
@@ -93,6 +115,7 @@ func PruneAudit(dir string, total int64, keep string) error {
 		}
 		if err := os.Remove(f.path); err == nil {
 			sum -= f.size
+			os.Remove(strings.TrimSuffix(f.path, ".jsonl") + ".finishing")
 		}
 	}
 	return nil

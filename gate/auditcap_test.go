@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -47,5 +48,49 @@ func TestPruneAudit(t *testing.T) {
 	}
 	if strings.Join(left, " ") != "c.jsonl keep.jsonl" {
 		t.Errorf("left %v, want the newest and the current", left)
+	}
+}
+
+// TestAuditStaysCapped: an audit continued from an offset (the watchdog
+// finishing a session's gate) stays capped: no second capped event, no line
+// past the cap.
+func TestAuditStaysCapped(t *testing.T) {
+	dir := t.TempDir()
+	g := &Gate{Session: "s1", Dir: t.TempDir()}
+	line := "aisb1 1764500000.000 s1 127.0.0.1 GET unlisted.test 80 403 0 not_listed\n"
+	log := filepath.Join(g.Dir, "access.log")
+	os.WriteFile(log, []byte(strings.Repeat(line, 100)), 0o600)
+	lim := AuditLimits{Session: 4096}
+	a, err := OpenAudit(dir, "s1", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := StartFollow(context.Background(), g, a, 0, t.Logf).Handoff()
+	if err != nil || off != int64(100*len(line)) {
+		t.Fatalf("handoff at %d: %v", off, err)
+	}
+	a.Close()
+	f, _ := os.OpenFile(log, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(strings.Repeat(line, 10))
+	f.Close()
+	a, err = OpenAudit(dir, "s1", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := StartFollow(context.Background(), g, a, off, t.Logf).Stop(); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, "s1.jsonl"))
+	if n := strings.Count(string(b), EventCapped); n != 1 || len(b) > 4096 {
+		t.Errorf("%d capped events, %d bytes (cap 4096)", n, len(b))
+	}
+	// Control: uncapped, the continued follower converts what it finds.
+	dir2 := t.TempDir()
+	a, _ = OpenAudit(dir2, "s1", AuditLimits{})
+	StartFollow(context.Background(), g, a, off, t.Logf).Stop()
+	a.Close()
+	if b, _ := os.ReadFile(filepath.Join(dir2, "s1.jsonl")); strings.Count(string(b), "\n") != 10 {
+		t.Errorf("continued from %d without a cap: %d lines, want 10", off, strings.Count(string(b), "\n"))
 	}
 }

@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/aisb-dev/aisb/internal/tail"
 )
 
 // Audit is a session's (or long-lived gate's) audit file. Two writers share
@@ -24,7 +27,9 @@ type Audit struct {
 }
 
 // OpenAudit opens auditDir/SESSION.jsonl for appending, within lim (the
-// oldest audit files go first when all of them would exceed lim.Total).
+// oldest audit files go first when all of them would exceed lim.Total). An
+// audit that already reached its cap (one continued by the session's
+// watchdog) stays capped.
 func OpenAudit(auditDir, session string, lim AuditLimits) (*Audit, error) {
 	if err := os.MkdirAll(auditDir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit directory: %w", err)
@@ -45,7 +50,11 @@ func OpenAudit(auditDir, session string, lim AuditLimits) (*Audit, error) {
 		f.Close()
 		return nil, fmt.Errorf("audit file: %w", err)
 	}
-	return &Audit{session: session, f: f, w: CapAudit(f, fi.Size(), lim.Session, session)}, nil
+	w := CapAudit(f, fi.Size(), lim.Session, session)
+	if fi.Size() > 0 && endsCapped(path) {
+		w.(*cappedWriter).capped = true
+	}
+	return &Audit{session: session, f: f, w: w}, nil
 }
 
 // Write appends p, which must be whole lines.
@@ -88,17 +97,47 @@ func (a *Audit) Close() error {
 // that failed: the audit has a gap, and the caller must say so); it does not
 // close a.
 func FollowAudit(ctx context.Context, g *Gate, a *Audit, logf func(string, ...any)) (stop func() error) {
+	return StartFollow(ctx, g, a, 0, logf).Stop
+}
+
+// Follower converts a gate's access log into an audit.
+type Follower struct {
+	cancel  context.CancelFunc
+	done    chan error
+	end     int64 // where the follow stopped in the access log, once done
+	handoff atomic.Bool
+}
+
+// StartFollow is FollowAudit from offset from of the access log: where an
+// earlier follower handed off (Handoff), or 0.
+func StartFollow(ctx context.Context, g *Gate, a *Audit, from int64, logf func(string, ...any)) *Follower {
 	fctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
+	fl := &Follower{cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		err := Follow(fctx, filepath.Join(g.Dir, "access.log"), g.Session, a)
+		end, err := follow(fctx, filepath.Join(g.Dir, "access.log"), g.Session, a, tail.Options{Free: true, From: from, Handoff: fl.handoff.Load})
 		if err != nil {
 			logf("audit of %s stopped: %v", g.Session, err)
 		}
-		done <- err
+		fl.end = end
+		fl.done <- err
 	}()
-	return func() error {
-		cancel()
-		return <-done
-	}
+	return fl
+}
+
+// Stop converts what is left and returns the first error the follower met
+// (a write that failed: the audit has a gap, and the caller must say so).
+// It does not close the audit.
+func (fl *Follower) Stop() error {
+	fl.cancel()
+	return <-fl.done
+}
+
+// Handoff is Stop for a gate that is still running: it converts the
+// complete lines written so far and returns the offset in the access log
+// where another follower (StartFollow) continues, a line squid is still
+// writing included.
+func (fl *Follower) Handoff() (int64, error) {
+	fl.handoff.Store(true)
+	err := fl.Stop()
+	return fl.end, err
 }

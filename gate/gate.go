@@ -24,6 +24,7 @@ import (
 	"github.com/aisb-dev/aisb/image"
 	"github.com/aisb-dev/aisb/netaddr"
 	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/state"
 	"github.com/aisb-dev/aisb/termsafe"
 )
 
@@ -60,6 +61,9 @@ type Options struct {
 	// UpstreamCAs are PEM files of CAs bumped upstreams may chain to, besides
 	// the host's trust store (network.upstream_ca of the user's config).
 	UpstreamCAs []string
+	// Finisher is the session's watchdog ("PID:STARTTIME"), which may
+	// finish the gate after its owner exits (engine.LabelFinisher).
+	Finisher string
 }
 
 // Where a session gate finds its helper, in HelperDir.
@@ -79,6 +83,9 @@ type Gate struct {
 	// CACert is the session CA (PEM) the sandbox must trust for credential
 	// hosts; nil when the gate bumps nothing.
 	CACert []byte
+	// Squid is squid's host process as "PID:STARTTIME" once Open saw it
+	// ready, so that it can be killed without asking Podman (KillSquid).
+	Squid string
 }
 
 // ContainerName is the gate container's name for a session.
@@ -98,6 +105,21 @@ func freePort() (int, error) {
 // and waits until the port accepts connections. On any failure nothing is
 // left running.
 func Start(c *engine.Conn, o Options) (*Gate, error) {
+	g, err := Create(c, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.Open(c); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Create renders squid.conf for a free loopback port and creates the gate
+// container without starting it: the port is known (a session policy can
+// name it) before anything listens there. Open starts it. On failure
+// nothing is left.
+func Create(c *engine.Conn, o Options) (*Gate, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -176,16 +198,25 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 	if o.Owner != "" {
 		s.Labels[engine.LabelOwner] = o.Owner
 	}
+	if o.Finisher != "" {
+		s.Labels[engine.LabelFinisher] = o.Finisher
+	}
 	if _, err := engine.Create(c, s); err != nil {
 		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
 	}
+	return g, nil
+}
+
+// Open starts the created gate and returns once squid listens on its port.
+// On failure the gate is removed.
+func (g *Gate) Open(c *engine.Conn) error {
 	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {
-		return nil, errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
+		return errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
 	}
 	if err := g.waitReady(c, 20*time.Second); err != nil {
-		return nil, errors.Join(err, g.Stop(c))
+		return errors.Join(err, g.Stop(c))
 	}
-	return g, nil
+	return nil
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -195,20 +226,30 @@ func ptr[T any](v T) *T { return &v }
 // is still running. It reads the kernel's socket table rather than
 // connecting, so that readiness leaves no line in the audit log; squid's own
 // check of its TLS port does leave one, which says the TLS port is up (the
-// audit drops it).
+// audit drops it). Until that check succeeded squid takes its TLS port for
+// down and would fail a tunnel to 443: listening alone is not ready. The
+// table and the log are read every few milliseconds (both are cheap); the
+// service is asked whether squid still runs only now and then, and once
+// more when it is ready, which records squid's process.
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for {
-		if Listening(g.Port) && Listening(g.TLSPort) && g.tlsPortChecked() && g.running(c) {
-			return nil
+	for i := 0; ; i++ {
+		if Listening(g.Port) && Listening(g.TLSPort) && g.tlsPortChecked() {
+			if pid, ok := g.pid(c); ok {
+				if pid > 0 {
+					g.Squid = state.OwnerOf(pid)
+				}
+				return nil
+			}
+			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
-		if !g.running(c) {
+		if i%20 == 19 && !g.running(c) {
 			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("start gate: 127.0.0.1:%d and :%d did not both accept connections within %s: %s", g.Port, g.TLSPort, timeout, g.squidError())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -245,8 +286,18 @@ func Listening(port int) bool {
 }
 
 func (g *Gate) running(c *engine.Conn) bool {
+	_, ok := g.pid(c)
+	return ok
+}
+
+// pid is the host process id of the running gate's squid (0 when Podman
+// does not say), and whether it runs.
+func (g *Gate) pid(c *engine.Conn) (int, bool) {
 	data, err := containers.Inspect(c.Ctx, g.Name, nil)
-	return err == nil && data.State != nil && data.State.Running
+	if err != nil || data.State == nil || !data.State.Running {
+		return 0, false
+	}
+	return data.State.Pid, true
 }
 
 // squidError is squid's own complaint from cache.log: its FATAL/ERROR lines,
@@ -279,26 +330,16 @@ func (g *Gate) squidError() string {
 func (g *Gate) Addr() string { return fmt.Sprintf("127.0.0.1:%d", g.Port) }
 
 // Stop ends the gate. squid's own shutdown takes over 1.5 s even on SIGINT,
-// and would only close connections: its access log is unbuffered. So once the
-// log has been quiet for 150 ms (a tunnel the sandbox just closed is logged
-// when squid sees it close), at most 1 s, the gate is killed and removed.
+// and would only close connections: its access log is unbuffered. So once it
+// has logged what its clients did (Quiesce, at most 1 s), the gate is killed
+// and removed.
 func (g *Gate) Stop(c *engine.Conn) error {
-	log := filepath.Join(g.Dir, "access.log")
-	size := func() int64 {
-		fi, err := os.Lstat(log)
-		if err != nil {
-			return -1
-		}
-		return fi.Size()
-	}
-	last, quiet := size(), time.Now()
-	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(25 * time.Millisecond) {
-		if n := size(); n != last {
-			last, quiet = n, time.Now()
-		} else if time.Since(quiet) >= 150*time.Millisecond {
-			break
-		}
-	}
+	g.Quiesce(time.Second)
+	return g.Kill(c)
+}
+
+// Kill kills and removes the gate at once.
+func (g *Gate) Kill(c *engine.Conn) error {
 	// A kill that fails because the gate is already gone is fine: Remove
 	// below is what must succeed, and it reports its own failure.
 	_ = containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("KILL"))

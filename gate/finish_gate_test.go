@@ -1,0 +1,97 @@
+package gate_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+
+	"github.com/aisb-dev/aisb/gate"
+)
+
+// TestFinishAfterHandoff: a real gate's audit handed from one follower to
+// another while a tunnel is open. The second follower, the watchdog's, gets
+// the tunnel's line when it closes: Quiesce waits for that, squid is then
+// killed by its process, and every request is in the audit exactly once.
+func TestFinishAfterHandoff(t *testing.T) {
+	c, img := connect(t)
+	g := startGate(t, c, img, "finish-test", hosts(t, "allowed.test"))
+	data, err := containers.Inspect(c.Ctx, g.Name, nil)
+	if err != nil || g.Squid == "" || !strings.HasPrefix(g.Squid, fmt.Sprintf("%d:", data.State.Pid)) {
+		t.Fatalf("the gate's squid process was not recorded: %q, inspect: %v %+v", g.Squid, err, data.State)
+	}
+	auditDir := t.TempDir()
+	audit, err := gate.OpenAudit(auditDir, "finish-test", gate.AuditLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := gate.StartFollow(context.Background(), g, audit, 0, t.Logf)
+	if code := get(t, g.Addr(), "http://allowed.test/before-handoff", "allowed.test"); code != 200 {
+		t.Fatalf("GET: %d", code)
+	}
+	code, tunnel, _ := raw(t, g.Addr(), "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+	if code != 200 {
+		t.Fatalf("CONNECT: %d", code)
+	}
+	log := filepath.Join(g.Dir, "access.log")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), "before-handoff") || strings.Contains(string(b), " GET ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the GET was never logged")
+		}
+	}
+	offset, err := first.Handoff()
+	if err != nil || offset == 0 {
+		t.Fatalf("handoff at %d: %v", offset, err)
+	}
+	audit.Close()
+	file := filepath.Join(auditDir, "finish-test.jsonl")
+	if b, _ := os.ReadFile(file); strings.Count(string(b), "\n") != 1 || strings.Contains(string(b), "CONNECT") {
+		t.Fatalf("audit at the handoff, with the tunnel open:\n%s", b)
+	}
+
+	closed := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		tunnel.Close()
+		closed <- time.Now()
+	}()
+	audit, err = gate.OpenAudit(auditDir, "finish-test", gate.AuditLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := gate.StartFollow(context.Background(), g, audit, offset, t.Logf)
+	g.Quiesce(5 * time.Second)
+	quiet := time.Now()
+	if at := <-closed; quiet.Before(at.Add(gate.Quiet)) {
+		t.Errorf("Quiesce returned %s after the tunnel closed, before squid could log it", quiet.Sub(at))
+	}
+	if !g.KillSquid(time.Second) {
+		t.Error("squid was not killed through its process")
+	}
+	if err := second.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	audit.Close()
+	b, _ := os.ReadFile(file)
+	if strings.Count(string(b), "\n") != 2 || strings.Count(string(b), `"CONNECT"`) != 1 || strings.Count(string(b), `"GET"`) != 1 {
+		t.Errorf("the audit after the watchdog finished:\n%s", b)
+	}
+	// Podman learns of the exit a little later.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		data, err := containers.Inspect(c.Ctx, g.Name, nil)
+		if err == nil && data.State != nil && !data.State.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gate still runs 5 s after KillSquid: %v %+v", err, data.State)
+		}
+	}
+}
