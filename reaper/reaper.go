@@ -2,9 +2,11 @@
 package reaper
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -16,31 +18,124 @@ import (
 	"github.com/aisb-dev/aisb/state"
 )
 
-// StartWatchdog starts a detached process (argv, plus --owner and
-// --session) that removes the session's containers if this process dies
-// without doing so (SIGKILL, crash). stop ends it when the session ends the
-// normal way.
-func StartWatchdog(argv []string, owner, session string) (stop func(), err error) {
+// Watchdog is a session's watchdog: a detached process that removes the
+// session's containers if aisb dies without doing so (SIGKILL, crash), and
+// that finishes the session's gate when aisb hands it over (Finish). aisb
+// talks to it through its standard input, which closes with aisb whatever
+// the way aisb ends.
+type Watchdog struct {
+	w      *os.File
+	owner  string
+	closed bool
+}
+
+// The messages on a watchdog's standard input.
+const (
+	msgFinish = "finish"
+	msgStop   = "stop"
+)
+
+// StartWatchdog starts the watchdog (argv, plus --owner and --session).
+func StartWatchdog(argv []string, owner, session string) (*Watchdog, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start the session's watchdog: %w", err)
+	}
+	defer r.Close()
 	cmd := exec.Command(argv[0], append(argv[1:], "--owner", owner, "--session", session)...)
+	cmd.Stdin = r
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
+		w.Close()
 		return nil, fmt.Errorf("start the session's watchdog: %w", err)
 	}
 	go cmd.Wait()
-	return func() { _ = cmd.Process.Signal(syscall.SIGTERM) }, nil
+	return &Watchdog{w: w, owner: state.OwnerOf(cmd.Process.Pid)}, nil
 }
 
-// Watch is the watchdog's loop: it returns when the owner is gone, and then
-// removes the named containers of the session and the paths that hold its
-// secrets (the gate's squid.conf and TLS directory).
-func Watch(ctx context.Context, where engine.Where, owner string, names, paths []string) error {
+// Owner identifies the watchdog process ("PID:STARTTIME", see state.Owner).
+func (w *Watchdog) Owner() string { return w.owner }
+
+// Finish hands the rest of the session's end to the watchdog, which goes on
+// after aisb exits; what to finish the caller has written beforehand.
+func (w *Watchdog) Finish() error { return w.say(msgFinish) }
+
+// Stop ends the watchdog when the session ended the normal way and left
+// nothing to finish; after Finish it does nothing.
+func (w *Watchdog) Stop() { _ = w.say(msgStop) }
+
+func (w *Watchdog) say(msg string) error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	_, err := w.w.WriteString(msg + "\n")
+	if cerr := w.w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("tell the session's watchdog to %s: %w", msg, err)
+	}
+	return nil
+}
+
+// Wake is why Wait returned.
+type Wake int
+
+const (
+	Stopped   Wake = iota // the session ended and left nothing to do
+	Finish                // the session handed its end over (Watchdog.Finish)
+	OwnerGone             // the session's aisb is gone without a word
+)
+
+// Wait is the watchdog's loop, reading what aisb says on in (the
+// watchdog's standard input): it returns at aisb's word, or once aisb is
+// gone without one.
+func Wait(in io.Reader, owner string) Wake {
+	said := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(in)
+		msg := ""
+		if sc.Scan() {
+			msg = sc.Text()
+		}
+		said <- msg
+	}()
+	every := 500 * time.Millisecond
 	for state.OwnerAlive(owner) {
 		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(500 * time.Millisecond):
+		case msg := <-said:
+			switch msg {
+			case msgFinish:
+				return Finish
+			case msgStop:
+				return Stopped
+			}
+			// Closed without a word: aisb is gone, or about to be.
+			said, every = nil, 20*time.Millisecond
+		case <-time.After(every):
 		}
 	}
+	// A word said just before aisb exited still counts: the pipe has it,
+	// or says end of file, at once (nothing else holds its other end).
+	if said != nil {
+		select {
+		case msg := <-said:
+			switch msg {
+			case msgFinish:
+				return Finish
+			case msgStop:
+				return Stopped
+			}
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return OwnerGone
+}
+
+// Remove removes the named containers of a session whose aisb is gone, and
+// the paths that hold its secrets (the gate's squid.conf and TLS directory).
+func Remove(where engine.Where, names, paths []string) error {
 	c, err := engine.Connect(context.Background(), where)
 	if err != nil {
 		return err
@@ -57,15 +152,16 @@ func Watch(ctx context.Context, where engine.Where, owner string, names, paths [
 }
 
 // Reap removes containers whose owning aisb process is gone: the path that
-// catches what a killed session and its watchdog both left behind.
+// catches what a killed session and its watchdog both left behind. A
+// container whose session's watchdog still runs is its watchdog's to remove.
 func Reap(c *engine.Conn, logf func(string, ...any)) {
 	list, err := owned(c)
 	if err != nil {
 		logf("reap: %v", err)
 		return
 	}
-	for name, owner := range list {
-		if !state.OwnerAlive(owner) {
+	for name, o := range list {
+		if !state.OwnerAlive(o.owner) && (o.finisher == "" || !state.OwnerAlive(o.finisher)) {
 			logf("removing %s, left by a session that ended without cleaning up", name)
 			if err := engine.Remove(c, name); err != nil {
 				logf("reap: %v", err)
@@ -74,17 +170,19 @@ func Reap(c *engine.Conn, logf func(string, ...any)) {
 	}
 }
 
+type owners struct{ owner, finisher string }
+
 // owned maps the names of aisb's session containers to their owners.
-func owned(c *engine.Conn) (map[string]string, error) {
+func owned(c *engine.Conn) (map[string]owners, error) {
 	list, err := containers.List(c.Ctx, new(containers.ListOptions).WithAll(true).
 		WithFilters(map[string][]string{"label": {engine.LabelOwner}}))
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
-	out := map[string]string{}
+	out := map[string]owners{}
 	for _, ctr := range list {
 		if len(ctr.Names) > 0 {
-			out[ctr.Names[0]] = ctr.Labels[engine.LabelOwner]
+			out[ctr.Names[0]] = owners{ctr.Labels[engine.LabelOwner], ctr.Labels[engine.LabelFinisher]}
 		}
 	}
 	return out, nil

@@ -122,6 +122,14 @@ func (s *steer) publish(port int) error {
 	return nil
 }
 
+// quiet stops the live server once the sandbox is gone: whatever it
+// records is in the audit before the session's end is handed over.
+func (s *steer) quiet() {
+	if s.server != nil {
+		s.server.Close()
+	}
+}
+
 // stop removes the session from the registry, stops the live server and
 // closes the audit. The gate and its follower are gone by then (their stop
 // runs first); the helper's copy is not kept with the session's files.

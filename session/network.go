@@ -13,7 +13,7 @@ import (
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/reaper"
 	"github.com/aisb-dev/aisb/sandbox"
 )
 
@@ -23,43 +23,55 @@ type network struct {
 	policyFile string
 	hostAdd    []string
 	gatePort   int // on the host's loopback, in allow mode
-	close      func(trace func(string))
+	// ready returns once the network carries the sandbox's first request:
+	// in allow mode, once the gate listens.
+	ready func() error
+	close func(trace func(string))
 	// lost is the gate dying mid-session (gate.ErrLost), or nil.
 	lost func() error
 }
 
-// openNetwork writes the session policy for the mode: in allow mode after the
-// gate listens (the policy names its port; env gets the proxy variables), in
-// no-gate mode with the names pinned at start.
-func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper string, st *steer, env map[string]string, creds []gate.Credential) (*network, error) {
+// openNetwork writes the session policy for the mode: in allow mode once
+// the gate is created (the policy names its port; env gets the proxy
+// variables; the gate is still starting until ready returns), in no-gate
+// mode with the names pinned at start.
+func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper, gateImage string, st *steer, wd *reaper.Watchdog, env map[string]string, creds []gate.Credential, trace func(string)) (*network, error) {
 	cfg := o.Config.Config
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(helper))
-	n := &network{close: func(func(string)) {}, lost: func() error { return nil }}
+	n := &network{ready: func() error { return nil }, close: func(func(string)) {}, lost: func() error { return nil }}
 	p := contract.Policy{Version: contract.PolicyVersion, Mode: mode}
 	switch mode {
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		g, stop, err := openGate(ctx, c, o, id, gateDir(dir), owner, st, creds)
+		sg, err := openGate(ctx, c, o, id, gateDir(dir), owner, gateImage, st, wd, creds, trace)
 		if err != nil {
 			return nil, err
 		}
-		port := g.Port
+		g := sg.g
 		// The user hears at once when the gate dies under a running agent.
 		var mu sync.Mutex
 		var lostErr error
 		actx, stopAlive := context.WithCancel(ctx)
 		alive := make(chan struct{})
-		go func() {
-			gate.WatchAlive(actx, g, 250*time.Millisecond, func(err error) {
-				mu.Lock()
-				lostErr = err
-				mu.Unlock()
-				o.Logf("WARNING: %v: the sandbox can no longer reach the network (its requests fail, nothing gets out); this session will end in error", err)
-			})
-			close(alive)
-		}()
+		watching := false
+		n.ready = func() error {
+			if err := sg.ready(); err != nil {
+				return err
+			}
+			watching = true
+			go func() {
+				gate.WatchAlive(actx, g, 250*time.Millisecond, func(err error) {
+					mu.Lock()
+					lostErr = err
+					mu.Unlock()
+					o.Logf("WARNING: %v: the sandbox can no longer reach the network (its requests fail, nothing gets out); this session will end in error", err)
+				})
+				close(alive)
+			}()
+			return nil
+		}
 		n.lost = func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -67,12 +79,14 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		}
 		n.close = func(trace func(string)) {
 			stopAlive()
-			<-alive
-			if err := stop(); err != nil {
+			if watching {
+				<-alive
+			}
+			if err := sg.close(trace); err != nil {
 				o.Logf("%v", err)
 			}
-			trace("gate stopped")
 		}
+		port := g.Port
 		n.gatePort = port
 		p.Gate = &contract.Endpoint{Addr: mapped, Port: uint16(port)}
 		if g.CACert != nil {
@@ -115,46 +129,88 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 // gateDir is the gate's directory within the session directory dir.
 func gateDir(dir string) string { return filepath.Join(dir, "gate") }
 
-// openGate starts the session's gate (or finds the long-lived one) and
-// follows its audit into st's audit file; stop removes it. A session gate
-// asks st's live server through the helper directory (see startSteer). It
-// is not started concurrently with the sandbox's creation: measured here,
-// Podman 5.4 then sometimes fails the sandbox's attach ("doesn't map UID
-// 0"), for some 30 ms of gain.
-func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner string, st *steer, creds []gate.Credential) (g *gate.Gate, stop func() error, err error) {
+// sessionGate is the gate of one session: its own, or a long-lived one.
+type sessionGate struct {
+	g     *gate.Gate
+	ready func() error // waits until it is ready (later calls say the same)
+	close func(trace func(string)) error
+}
+
+// openGate creates the session's gate and starts it in the background (or
+// finds the long-lived one), and follows its audit into st's audit file. A
+// session gate asks st's live server through the helper directory (see
+// startSteer). ready waits until it is ready; close ends it: with a
+// watchdog, it converts what the gate logged so far and hands the rest (the
+// last requests' lines, the gate's removal) to the watchdog, which finishes
+// after aisb has returned (Finish).
+func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, gateImage string, st *steer, wd *reaper.Watchdog, creds []gate.Credential, trace func(string)) (*sessionGate, error) {
 	cfg := o.Config.Config
 	if o.GateName != "" {
 		g, err := gate.Find(c, o.GateName, o.Paths.GateDir(o.GateName))
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		return g, func() error { return nil }, nil
+		return &sessionGate{g: g, ready: func() error { return nil }, close: func(func(string)) error { return nil }}, nil
 	}
-	gateImg, _, err := image.Ensure(c, gate.ImageSpec(cfg.Sandbox.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Output: o.builds(), Logf: o.Logf})
+	gopts := gate.Options{Session: id, Dir: dir, Image: gateImage, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: st.helperDir,
+		Credentials: creds, UpstreamCAs: cfg.Network.UpstreamCA}
+	if wd != nil {
+		gopts.Finisher = wd.Owner()
+	}
+	g, err := gate.Create(c, gopts)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	g, err = gate.Start(c, gate.Options{Session: id, Dir: dir, Image: gateImg, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: st.helperDir,
-		Credentials: creds, UpstreamCAs: cfg.Network.UpstreamCA})
-	if err != nil {
-		return nil, nil, err
+	trace("gate created")
+	// Started while the sandbox is created (session.Run).
+	opening := make(chan error, 1)
+	go func() { opening <- g.Open(c) }()
+	follower := gate.StartFollow(ctx, g, st.audit, 0, o.Logf)
+	var once sync.Once
+	var openErr error
+	opened := func() error {
+		once.Do(func() { openErr = <-opening })
+		return openErr
 	}
-	stopFollow := gate.FollowAudit(ctx, g, st.audit, o.Logf)
-	// The host's addresses and on-link prefixes can change during a long
-	// session: the gate follows them.
 	wctx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		gate.WatchHost(wctx, g, gate.WatchEvery, func() error { return gate.Reconfigure(c, g) }, o.Logf)
-		close(watched)
-	}()
-	return g, func() error {
+	var watched chan struct{}
+	sg := &sessionGate{g: g}
+	sg.ready = func() error {
+		if err := opened(); err != nil || watched != nil {
+			return err
+		}
+		trace("gate listening")
+		// The host's addresses and on-link prefixes can change during a
+		// long session: the gate follows them.
+		watched = make(chan struct{})
+		go func() {
+			gate.WatchHost(wctx, g, gate.WatchEvery, func() error { return gate.Reconfigure(c, g) }, o.Logf)
+			close(watched)
+		}()
+		return nil
+	}
+	sg.close = func(trace func(string)) error {
 		stopWatch()
-		<-watched
-		err := g.Stop(c)
-		if ferr := stopFollow(); ferr != nil {
+		if opened() != nil {
+			// Open removed the gate; what it may have logged is kept.
+			return follower.Stop()
+		}
+		if watched != nil {
+			<-watched
+		}
+		// The sandbox is gone: nothing asks the live server any more, and
+		// what it records is in the audit before the watchdog goes on.
+		st.quiet()
+		if wd != nil {
+			return handOff(ctx, c, o, id, g, follower, wd, trace)
+		}
+		g.Quiesce(time.Second)
+		err := g.Kill(c)
+		trace("gate removed")
+		if ferr := follower.Stop(); ferr != nil {
 			err = errors.Join(err, fmt.Errorf("the audit of session %s is incomplete: %w", id, ferr))
 		}
 		return err
-	}, nil
+	}
+	return sg, nil
 }

@@ -83,8 +83,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The walk of the project runs while Podman gets ready; its verdict
-	// is awaited before anything starts.
+	// The walk of the project and the hashing of the images' inputs run
+	// while Podman gets ready; their results are awaited before anything
+	// starts.
 	sockets := scanSockets(o.ProjectDir, projectscan.DefaultBudget, o.AllowProjectSockets, o.Logf)
 	if err := checkCredentialMode(len(cfg.Credentials), cfg.Network.Mode, o.GateName); err != nil {
 		return 0, err
@@ -94,22 +95,31 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	credentialEnv(env, creds)
+	specs := hashImages(o, h)
 	c, err := engine.Connect(ctx, o.Where)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Close()
 	trace("connected to podman (" + c.How() + ")")
-	reaper.Reap(c, o.Logf)
+	// The sweep for what dead sessions left runs while the images are
+	// checked, and ends before this session creates anything.
+	reaped := make(chan struct{})
+	go func() {
+		reaper.Reap(c, o.Logf)
+		close(reaped)
+	}()
+	var imgs images
 	helper, err := sandbox.Helper(c, o.Helper)
+	if err == nil {
+		imgs, err = ensureImages(c, o, specs)
+	}
+	<-reaped
 	if err != nil {
 		return 0, err
 	}
-	img, err := sandboxImage(c, o, h)
-	if err != nil {
-		return 0, err
-	}
-	trace("connected, image ready")
+	img := imgs.sandbox
+	trace("images ready, reaped")
 	if err := sockets(); err != nil {
 		return 0, err
 	}
@@ -135,12 +145,14 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := o.Paths.MarkSession(id, o.ProjectDir, owner); err != nil {
 		return 0, err
 	}
+	trace("session directory")
+	var wd *reaper.Watchdog
 	if o.Watchdog != nil {
-		stop, err := reaper.StartWatchdog(o.Watchdog, owner, id)
-		if err != nil {
+		if wd, err = reaper.StartWatchdog(o.Watchdog, owner, id); err != nil {
 			return 0, err
 		}
-		defer stop()
+		defer wd.Stop()
+		trace("watchdog started")
 	}
 	st, err := startSteer(o, id, dir, owner)
 	if err != nil {
@@ -157,15 +169,12 @@ func Run(ctx context.Context, o Options) (int, error) {
 		defer endReview(c, rv, img, owner, o.Logf)
 		trace("review: project recorded")
 	}
-	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, st, env, creds)
+	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, imgs.gate, st, wd, env, creds, trace)
 	if err != nil {
 		return 0, err
 	}
 	defer net.close(trace)
-	if err := st.publish(net.gatePort); err != nil {
-		return 0, err
-	}
-	trace("network ready")
+	trace("network set up")
 	vols, closeState, err := openState(c, o, h, img, env)
 	if err != nil {
 		return 0, err
@@ -173,14 +182,30 @@ func Run(ctx context.Context, o Options) (int, error) {
 	defer func() { closeState(); trace("state recorded") }()
 	trace("state volume ready")
 
-	exit, err := sandbox.Run(c, sandbox.Options{
+	// The sandbox is created while its gate starts (the policy already
+	// names the gate's port), and started only once the gate listens: the
+	// agent's very first request finds it. The gate's create has returned:
+	// creates never overlap (engine.Create).
+	box, err := sandbox.Create(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
 		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
-		Volumes: vols, Owner: owner, Overlay: overlay, Logf: o.Logf, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+		Volumes: vols, Owner: owner, Overlay: overlay, Logf: o.Logf, Trace: trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
-	trace("sandbox done")
+	if err == nil {
+		defer box.Remove()
+		err = net.ready()
+	}
+	if err == nil {
+		// Listed in aisb ps, and steerable, once its gate listens.
+		err = st.publish(net.gatePort)
+	}
+	var exit sandbox.Exit
+	if err == nil {
+		trace("network ready")
+		exit, err = box.Run()
+	}
 	if err != nil && !c.Alive() {
 		return 0, recoverService(ctx, c, o, id, err)
 	}
@@ -223,14 +248,55 @@ func explainExit(e sandbox.Exit, logf func(string, ...any)) {
 	}
 }
 
-// sandboxImage builds (once) the sandbox image for the harness.
-func sandboxImage(c *engine.Conn, o Options, h harness.Preset) (string, error) {
-	epBytes, err := os.ReadFile(o.Entrypoint)
-	if err != nil {
-		return "", fmt.Errorf("read aisb-entrypoint: %w", err)
+// images are the session's image tags.
+type images struct {
+	sandbox string
+	gate    string // "" when the session starts no gate of its own
+}
+
+// hashImages hashes the inputs of the session's images (the sandbox's hold
+// the entrypoint binary) in the background.
+func hashImages(o Options, h harness.Preset) func() ([]image.Hashed, error) {
+	type result struct {
+		specs []image.Hashed
+		err   error
 	}
-	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.Config.Config.Sandbox.BaseImage, h, epBytes), image.Build{LockDir: o.Paths.LockDir(), Output: o.builds(), Logf: o.Logf})
-	return img, err
+	done := make(chan result, 1)
+	go func() {
+		epBytes, err := os.ReadFile(o.Entrypoint)
+		if err != nil {
+			done <- result{err: fmt.Errorf("read aisb-entrypoint: %w", err)}
+			return
+		}
+		base := o.Config.Config.Sandbox.BaseImage
+		specs := []image.Hashed{sandbox.ImageSpec(base, h, epBytes).Hash()}
+		if ownGate(o) {
+			specs = append(specs, gate.ImageSpec(base).Hash())
+		}
+		done <- result{specs: specs}
+	}()
+	return func() ([]image.Hashed, error) {
+		r := <-done
+		return r.specs, r.err
+	}
+}
+
+// ensureImages builds (once) the sandbox image for the harness and the
+// gate image the session needs.
+func ensureImages(c *engine.Conn, o Options, hashed func() ([]image.Hashed, error)) (images, error) {
+	specs, err := hashed()
+	if err != nil {
+		return images{}, err
+	}
+	tags, err := image.EnsureAll(c, image.Build{LockDir: o.Paths.LockDir(), Output: o.builds(), Logf: o.Logf}, specs...)
+	if err != nil {
+		return images{}, err
+	}
+	imgs := images{sandbox: tags[0]}
+	if len(tags) > 1 {
+		imgs.gate = tags[1]
+	}
+	return imgs, nil
 }
 
 // builds is where image builds show their progress.

@@ -66,7 +66,18 @@ func auditAction(c *cli.Context, e *appEnv) error {
 		return printEvent(c.App.Writer, e)
 	}
 	if !c.Bool("follow") {
+		// A session that has just ended may still have its last requests
+		// added (its watchdog finishes the gate): wait for that a little,
+		// and never show an audit that may be incomplete as if it were not.
+		deadline := time.Now().Add(auditWait)
 		for _, f := range files {
+			session := strings.TrimSuffix(filepath.Base(f), ".jsonl")
+			switch err := gate.WaitAudit(e.paths.AuditDir(), session, time.Until(deadline)); {
+			case errors.Is(err, gate.ErrAuditPending):
+				e.logf("audit of session %s: %v: what follows may lack them; run aisb audit again in a moment", session, err)
+			case err != nil:
+				e.logf("audit of session %s: %v", session, err)
+			}
 			if err := eachLine(f, print); err != nil {
 				return err
 			}
@@ -80,6 +91,10 @@ func auditAction(c *cli.Context, e *appEnv) error {
 	defer cancel()
 	return tail.Follow(ctx, files[len(files)-1], print)
 }
+
+// auditWait is how long aisb audit waits for sessions that have just ended
+// to have their audit completed; it takes under a second.
+const auditWait = 3 * time.Second
 
 // auditFiles lists the audit files, oldest first, or the one of session.
 func auditFiles(dir, session string) ([]string, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -143,14 +144,23 @@ func watchdogCommand(e *appEnv) *cli.Command {
 	return &cli.Command{
 		Name:   "internal-watchdog",
 		Hidden: true,
-		Usage:  "remove a session's containers once its aisb process is gone",
+		Usage:  "remove a session's containers once its aisb process is gone, or finish its gate when aisb hands it over",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "owner", Required: true},
 			&cli.StringFlag{Name: "session", Required: true},
 		},
 		Action: func(c *cli.Context) error {
 			s := c.String("session")
-			return reaper.Watch(c.Context, e.where, c.String("owner"), []string{sandbox.ContainerName(s), gate.ContainerName(s)}, gate.SecretPaths(filepath.Join(e.paths.SessionDir(s), "gate")))
+			if e.pathsErr != nil {
+				return e.pathsErr
+			}
+			switch reaper.Wait(c.App.Reader, c.String("owner")) {
+			case reaper.Finish:
+				return session.Finish(context.Background(), e.where, e.paths, s, e.logf)
+			case reaper.OwnerGone:
+				return reaper.Remove(e.where, []string{sandbox.ContainerName(s), gate.ContainerName(s)}, gate.SecretPaths(filepath.Join(e.paths.SessionDir(s), "gate")))
+			}
+			return nil
 		},
 	}
 }
