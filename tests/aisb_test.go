@@ -109,12 +109,17 @@ func (a *aisbUser) runEnv(t *testing.T, env []string, args ...string) testhost.R
 	return testhost.Run(t, cmd)
 }
 
-// events reads every audit event aisb wrote.
+// events reads every audit event aisb wrote, once each session's audit is
+// complete (a session's watchdog adds its last requests after aisb exits).
 func (a *aisbUser) events(t *testing.T) []gate.Event {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(a.state, "aisb", "audit", "*.jsonl"))
+	dir := filepath.Join(a.state, "aisb", "audit")
+	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	var out []gate.Event
 	for _, f := range files {
+		if err := gate.WaitAudit(dir, strings.TrimSuffix(filepath.Base(f), ".jsonl"), 5*time.Second); err != nil {
+			t.Fatalf("audit %s: %v", f, err)
+		}
 		b, _ := os.ReadFile(f)
 		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 			if l == "" {

@@ -109,8 +109,9 @@ echo own-port=$port`
 		for _, u := range users[:sessions-1] {
 			os.Remove(filepath.Join(u.project, "ports"))
 		}
-		if left := sessionContainers(t); len(left) > 0 {
-			t.Fatalf("burst %d left containers: %v", b, left)
+		// Each session's watchdog removes its gate just after aisb exits.
+		if !waitGone(t, 5*time.Second) {
+			t.Fatalf("burst %d left containers: %v", b, sessionContainers(t))
 		}
 		for _, p := range ports {
 			var n int
