@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -102,5 +103,29 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 	}
 	errs := []error{gate.FinishedAudit(auditDir, id, err), err}
 	errs = append(errs, reaper.Remove(where, []string{gate.ContainerName(id), sandbox.ContainerName(id)}, gate.SecretPaths(gateDir(dir))))
+	return errors.Join(errs...)
+}
+
+// HandedOff reports whether session id's aisb handed its end over, also
+// when it died before it could say so to the watchdog.
+func HandedOff(paths state.Paths, id string) bool {
+	_, err := os.Lstat(filepath.Join(paths.SessionDir(id), handoffName))
+	return err == nil
+}
+
+// ErrKilled is recorded for the audit of a session whose aisb died before
+// the session's end: its follower died with it, and the gate's decisions
+// from its last moments may be missing.
+var ErrKilled = errors.New("the session's aisb ended without finishing (killed?); its gate's last decisions may be missing")
+
+// Abandoned is the watchdog's end of session id when its aisb died without
+// a word: the containers are removed, and a session audit is marked as
+// possibly incomplete, which `aisb audit` says.
+func Abandoned(where engine.Where, paths state.Paths, id string) error {
+	var errs []error
+	if _, err := os.Lstat(filepath.Join(paths.AuditDir(), id+".jsonl")); err == nil {
+		errs = append(errs, gate.FinishedAudit(paths.AuditDir(), id, ErrKilled))
+	}
+	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}, gate.SecretPaths(gateDir(paths.SessionDir(id)))))
 	return errors.Join(errs...)
 }

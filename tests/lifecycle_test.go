@@ -94,6 +94,10 @@ func TestKilledSessionLeavesNothing(t *testing.T) {
 		if !waitGone(t, 20*time.Second) {
 			t.Fatalf("20 s after SIGKILL the session's containers remain: %v", sessionContainers(t))
 		}
+		// Its audit may lack the gate's last decisions, and says so.
+		if r := a.run(t, "audit"); r.Code != 0 || !strings.Contains(r.Stderr, "may be incomplete") || !strings.Contains(r.Stderr, "ended without finishing") {
+			t.Errorf("aisb audit after the session's aisb was killed: %s", r)
+		}
 	})
 
 	t.Run("reaped by the next invocation", func(t *testing.T) {

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
 	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/reaper"
 	"github.com/aisb-dev/aisb/sandbox"
 	"github.com/aisb-dev/aisb/session"
@@ -158,7 +156,10 @@ func watchdogCommand(e *appEnv) *cli.Command {
 			case reaper.Finish:
 				return session.Finish(context.Background(), e.where, e.paths, s, e.logf)
 			case reaper.OwnerGone:
-				return reaper.Remove(e.where, []string{sandbox.ContainerName(s), gate.ContainerName(s)}, gate.SecretPaths(filepath.Join(e.paths.SessionDir(s), "gate")))
+				if session.HandedOff(e.paths, s) {
+					return session.Finish(context.Background(), e.where, e.paths, s, e.logf)
+				}
+				return session.Abandoned(e.where, e.paths, s)
 			}
 			return nil
 		},
