@@ -248,66 +248,6 @@ func explainExit(e sandbox.Exit, logf func(string, ...any)) {
 	}
 }
 
-// images are the session's image tags.
-type images struct {
-	sandbox string
-	gate    string // "" when the session starts no gate of its own
-}
-
-// hashImages hashes the inputs of the session's images (the sandbox's hold
-// the entrypoint binary) in the background.
-func hashImages(o Options, h harness.Preset) func() ([]image.Hashed, error) {
-	type result struct {
-		specs []image.Hashed
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		epBytes, err := os.ReadFile(o.Entrypoint)
-		if err != nil {
-			done <- result{err: fmt.Errorf("read aisb-entrypoint: %w", err)}
-			return
-		}
-		base := o.Config.Config.Sandbox.BaseImage
-		specs := []image.Hashed{sandbox.ImageSpec(base, h, epBytes).Hash()}
-		if ownGate(o) {
-			specs = append(specs, gate.ImageSpec(base).Hash())
-		}
-		done <- result{specs: specs}
-	}()
-	return func() ([]image.Hashed, error) {
-		r := <-done
-		return r.specs, r.err
-	}
-}
-
-// ensureImages builds (once) the sandbox image for the harness and the
-// gate image the session needs.
-func ensureImages(c *engine.Conn, o Options, hashed func() ([]image.Hashed, error)) (images, error) {
-	specs, err := hashed()
-	if err != nil {
-		return images{}, err
-	}
-	tags, err := image.EnsureAll(c, image.Build{LockDir: o.Paths.LockDir(), Output: o.builds(), Logf: o.Logf}, specs...)
-	if err != nil {
-		return images{}, err
-	}
-	imgs := images{sandbox: tags[0]}
-	if len(tags) > 1 {
-		imgs.gate = tags[1]
-	}
-	return imgs, nil
-}
-
-// builds is where image builds show their progress.
-func (o Options) builds() image.Output {
-	b := o.Builds
-	if b.W == nil {
-		b = image.Output{W: o.Stderr}
-	}
-	return b
-}
-
 // tracer prints phase timings through logf when on; for performance work only.
 func tracer(on bool, logf func(string, ...any)) func(string) {
 	if !on {
