@@ -22,7 +22,7 @@ import (
 
 // TestFirstRequestFindsTheGate: the agent's very first request, sent the
 // instant the command starts, goes out through the gate, in every one of
-// several sessions, with the user's Podman service and with a private one
+// several sessions, with the user's Podman service and with aisb's own one
 // (each session's gate start overlaps its sandbox's creation). The control
 // shows that a request to a port where nothing listens fails at once, so a
 // gate not yet listening could not pass unseen.
@@ -34,15 +34,15 @@ func TestFirstRequestFindsTheGate(t *testing.T) {
 	}
 	closed := ln.Addr().(*net.TCPAddr).Port
 	ln.Close() // nothing listens there
-	for _, private := range []bool{false, true} {
+	for _, own := range []bool{false, true} {
 		a := newAisb(t, base, dnsConfig())
-		a.private = private
+		a.private = own // no CONTAINER_HOST: aisb reaches Podman its own way
 		for i := 0; i < 4; i++ {
-			path := fmt.Sprintf("/first-%d-%t-%d", i, private, time.Now().UnixNano())
+			path := fmt.Sprintf("/first-%d-%t-%d", i, own, time.Now().UnixNano())
 			r := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
 				`exec probe http-proxy "$HTTP_PROXY" http://allowed.test`+path)
 			if r.Code != 0 || !strings.Contains(r.Stdout, "status 200") || !upstreamSaw(t, path) {
-				t.Errorf("private service %t, session %d: the first request did not get through: %s", private, i, r)
+				t.Errorf("aisb's own service %t, session %d: the first request did not get through: %s", own, i, r)
 			}
 		}
 		allowed := 0
@@ -52,7 +52,7 @@ func TestFirstRequestFindsTheGate(t *testing.T) {
 			}
 		}
 		if allowed != 4 {
-			t.Errorf("private service %t: %d allowed requests in the audit, want 4", private, allowed)
+			t.Errorf("aisb's own service %t: %d allowed requests in the audit, want 4", own, allowed)
 		}
 	}
 	a := newAisb(t, base, dnsConfig())
