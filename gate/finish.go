@@ -28,9 +28,12 @@ import (
 const Quiet = 150 * time.Millisecond
 
 // Quiesce waits until the gate has logged every request of a sandbox that
-// is gone: squid holds no client connection on its port any more (it logs a
-// request, a tunnel included, before it closes the client's socket) and its
-// access log has been quiet for Quiet; it gives up after within.
+// is gone: squid holds no client connection on either port any more (it
+// logs a request, a tunnel included, before it closes the client's socket)
+// and its access log has been quiet for Quiet; it gives up after within. A
+// tunnel to 443 the front handed to the TLS port is logged there, when the
+// front's connection to it closes, which may be after the sandbox's
+// connection to the front has gone: so the TLS port's clients count too.
 func (g *Gate) Quiesce(within time.Duration) {
 	log := filepath.Join(g.Dir, "access.log")
 	size := func() int64 {
@@ -42,12 +45,22 @@ func (g *Gate) Quiesce(within time.Duration) {
 	}
 	last, quiet := size(), time.Now()
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if n := size(); n != last || ClientConns(g.Port) > 0 {
+		if n := size(); n != last || g.clientConns() > 0 {
 			last, quiet = n, time.Now()
 		} else if time.Since(quiet) >= Quiet {
 			return
 		}
 	}
+}
+
+// clientConns counts the connections squid holds open on its two ports (on
+// the front only when the TLS port is not known: a gate found running).
+func (g *Gate) clientConns() int {
+	n := ClientConns(g.Port)
+	if g.TLSPort > 0 {
+		n += ClientConns(g.TLSPort)
+	}
+	return n
 }
 
 // ClientConns counts the connections a listener on 127.0.0.1:port holds

@@ -103,8 +103,8 @@ func TestClientConns(t *testing.T) {
 	}
 }
 
-// TestQuiesce: it returns once no connection is open and the log has been
-// quiet, not before; and gives up at its bound.
+// TestQuiesce: it returns once no connection is open on either port and the
+// log has been quiet, not before; and gives up at its bound.
 func TestQuiesce(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -126,6 +126,28 @@ func TestQuiesce(t *testing.T) {
 	end := time.Now()
 	if at := <-closed; end.Before(at.Add(Quiet)) || end.Sub(start) > 2*time.Second {
 		t.Errorf("Quiesce returned %s after the connection closed (want at least %s), %s after it began", end.Sub(at), Quiet, end.Sub(start))
+	}
+	// A tunnel handed to the TLS port: the sandbox's connection to the
+	// front is gone, the front's to the TLS port not yet; it holds Quiesce.
+	tls, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tls.Close()
+	g.TLSPort = tls.Addr().(*net.TCPAddr).Port
+	client, _ = net.Dial("tcp", tls.Addr().String())
+	server, _ = tls.Accept()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		client.Close()
+		server.Close()
+		closed <- time.Now()
+	}()
+	start = time.Now()
+	g.Quiesce(5 * time.Second)
+	end = time.Now()
+	if at := <-closed; end.Before(at.Add(Quiet)) || end.Sub(start) > 2*time.Second {
+		t.Errorf("with a connection on the TLS port only, Quiesce returned %s after it closed (want at least %s), %s after it began", end.Sub(at), Quiet, end.Sub(start))
 	}
 	client, _ = net.Dial("tcp", ln.Addr().String())
 	defer client.Close()

@@ -29,6 +29,7 @@ import (
 // subdirectory).
 type handoff struct {
 	Port       int    `json:"port"`
+	TLSPort    int    `json:"tls_port"`
 	Squid      string `json:"squid"`  // the gate's squid, "PID:STARTTIME"
 	Offset     int64  `json:"offset"` // how far aisb converted the access log
 	SessionMax int64  `json:"session_max"`
@@ -45,7 +46,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 	}
 	auditDir := o.Paths.AuditDir()
 	sessionMax, _ := o.Config.Config.Logs.Bytes()
-	h := handoff{Port: g.Port, Squid: g.Squid, Offset: offset, SessionMax: sessionMax}
+	h := handoff{Port: g.Port, TLSPort: g.TLSPort, Squid: g.Squid, Offset: offset, SessionMax: sessionMax}
 	b, _ := json.Marshal(h)
 	err := safefile.Write(filepath.Join(o.Paths.SessionDir(id), handoffName), b, 0o600)
 	if err == nil {
@@ -98,7 +99,7 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 	if err != nil {
 		err = fmt.Errorf("read what the session handed over: %w", err)
 	} else {
-		g := &gate.Gate{Name: gate.ContainerName(id), Session: id, Port: h.Port, Dir: filepath.Join(dir, "gate"), Squid: h.Squid}
+		g := &gate.Gate{Name: gate.ContainerName(id), Session: id, Port: h.Port, TLSPort: h.TLSPort, Dir: gateDir(dir), Squid: h.Squid}
 		err = finishAudit(ctx, g, auditDir, h, logf)
 	}
 	errs := []error{gate.FinishedAudit(auditDir, id, err), err}
