@@ -208,6 +208,19 @@ func SecretPaths(dir string) []string {
 	return []string{filepath.Join(dir, "squid.conf"), filepath.Join(dir, tlsDir)}
 }
 
+// RemoveSecrets removes SecretPaths(dir); whoever finishes the gate does,
+// once its squid is gone (aisb, or the session's watchdog after aisb handed
+// the gate over).
+func RemoveSecrets(dir string) error {
+	var errs []error
+	for _, p := range SecretPaths(dir) {
+		if err := os.RemoveAll(p); err != nil {
+			errs = append(errs, fmt.Errorf("remove the gate's secrets: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // WriteTLSFiles makes a fresh session CA for the credential hosts and writes
 // what squid needs into dir/tls, readable by the gate alone. It returns the
 // CA certificate and whether squid must add its own trust store.

@@ -133,9 +133,8 @@ func Wait(in io.Reader, owner string) Wake {
 	return OwnerGone
 }
 
-// Remove removes the named containers of a session whose aisb is gone, and
-// the paths that hold its secrets (the gate's squid.conf and TLS directory).
-func Remove(where engine.Where, names, paths []string) error {
+// Remove removes the named containers of a session whose aisb is gone.
+func Remove(where engine.Where, names []string) error {
 	c, err := engine.Connect(context.Background(), where)
 	if err != nil {
 		return err
@@ -144,9 +143,6 @@ func Remove(where engine.Where, names, paths []string) error {
 	var errs []error
 	for _, n := range names {
 		errs = append(errs, engine.Remove(c, n))
-	}
-	for _, p := range paths {
-		errs = append(errs, os.RemoveAll(p))
 	}
 	return errors.Join(errs...)
 }

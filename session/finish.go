@@ -38,8 +38,10 @@ type handoff struct {
 const handoffName = "finish.json"
 
 // handOff converts what the gate logged so far and hands the rest to the
-// watchdog; where that fails, it finishes the gate itself.
-func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.Gate, follower *gate.Follower, wd *reaper.Watchdog, trace func(string)) error {
+// watchdog, the gate's secrets included (it removes them once squid is
+// gone); where that fails, it finishes the gate itself and reports that it
+// did not hand it off.
+func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.Gate, follower *gate.Follower, wd *reaper.Watchdog, trace func(string)) (handedOff bool, err error) {
 	offset, ferr := follower.Handoff()
 	if ferr != nil {
 		ferr = fmt.Errorf("the audit of session %s is incomplete: %w", id, ferr)
@@ -48,7 +50,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 	sessionMax, _ := o.Config.Config.Logs.Bytes()
 	h := handoff{Port: g.Port, TLSPort: g.TLSPort, Squid: g.Squid, Offset: offset, SessionMax: sessionMax}
 	b, _ := json.Marshal(h)
-	err := safefile.Write(filepath.Join(o.Paths.SessionDir(id), handoffName), b, 0o600)
+	err = safefile.Write(filepath.Join(o.Paths.SessionDir(id), handoffName), b, 0o600)
 	if err == nil {
 		err = gate.MarkFinishing(auditDir, id, wd.Owner())
 	}
@@ -57,7 +59,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 	}
 	if err == nil {
 		trace("gate handed to the watchdog")
-		return ferr
+		return true, ferr
 	}
 	o.Logf("%v; finishing the gate before returning", err)
 	aerr := finishAudit(ctx, g, auditDir, h, o.Logf)
@@ -66,7 +68,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 	if aerr != nil {
 		err = errors.Join(err, fmt.Errorf("the audit of session %s is incomplete: %w", id, aerr))
 	}
-	return errors.Join(ferr, err)
+	return false, errors.Join(ferr, err)
 }
 
 // finishAudit converts the gate's last lines from where aisb stopped: once
@@ -86,8 +88,10 @@ func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, 
 }
 
 // Finish is the watchdog's end of session id after aisb handed it over:
-// the audit is completed, then the gate (and the sandbox, should it remain)
-// removed. What fails is recorded where `aisb audit` finds it.
+// the audit is completed and squid killed, the gate's secrets (its
+// squid.conf with the credentials' values, the session CA's key) removed,
+// the audit marked complete, then the gate (and the sandbox, should it
+// remain) removed. What fails is recorded where `aisb audit` finds it.
 func Finish(ctx context.Context, where engine.Where, paths state.Paths, id string, logf func(string, ...any)) error {
 	auditDir := paths.AuditDir()
 	dir := paths.SessionDir(id)
@@ -102,8 +106,11 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 		g := &gate.Gate{Name: gate.ContainerName(id), Session: id, Port: h.Port, TLSPort: h.TLSPort, Dir: gateDir(dir), Squid: h.Squid}
 		err = finishAudit(ctx, g, auditDir, h, logf)
 	}
-	errs := []error{gate.FinishedAudit(auditDir, id, err), err}
-	errs = append(errs, reaper.Remove(where, []string{gate.ContainerName(id), sandbox.ContainerName(id)}, gate.SecretPaths(gateDir(dir))))
+	// squid is gone (or, not seen, about to be): its secrets go before the
+	// audit is marked complete, so a complete audit means they are gone.
+	errs := []error{gate.RemoveSecrets(gateDir(dir))}
+	errs = append(errs, gate.FinishedAudit(auditDir, id, err), err)
+	errs = append(errs, reaper.Remove(where, []string{gate.ContainerName(id), sandbox.ContainerName(id)}))
 	return errors.Join(errs...)
 }
 
@@ -120,13 +127,15 @@ func HandedOff(paths state.Paths, id string) bool {
 var ErrKilled = errors.New("the session's aisb ended without finishing (killed?); its gate's last decisions may be missing")
 
 // Abandoned is the watchdog's end of session id when its aisb died without
-// a word: the containers are removed, and a session audit is marked as
-// possibly incomplete, which `aisb audit` says.
+// a word: the containers are removed, then the gate's secrets, and a session
+// audit is marked as possibly incomplete, which `aisb audit` says.
 func Abandoned(where engine.Where, paths state.Paths, id string) error {
 	var errs []error
 	if _, err := os.Lstat(filepath.Join(paths.AuditDir(), id+".jsonl")); err == nil {
 		errs = append(errs, gate.FinishedAudit(paths.AuditDir(), id, ErrKilled))
 	}
-	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}, gate.SecretPaths(gateDir(paths.SessionDir(id)))))
+	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}))
+	// Also when Podman could not be reached: the keys do not outlive aisb.
+	errs = append(errs, gate.RemoveSecrets(gateDir(paths.SessionDir(id))))
 	return errors.Join(errs...)
 }

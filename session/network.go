@@ -24,9 +24,13 @@ type network struct {
 	hostAdd    []string
 	gatePort   int // on the host's loopback, in allow mode
 	// ready returns once the network carries the sandbox's first request:
-	// in allow mode, once the gate listens.
+	// in allow mode, once the gate is ready (both its ports listen and squid
+	// has found its TLS port up).
 	ready func() error
 	close func(trace func(string))
+	// handedOff says, after close, that the session's watchdog finishes
+	// the gate: it removes the gate's secrets, not aisb.
+	handedOff bool
 	// lost is the gate dying mid-session (gate.ErrLost), or nil.
 	lost func() error
 }
@@ -82,9 +86,11 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 			if watching {
 				<-alive
 			}
-			if err := sg.close(trace); err != nil {
+			handedOff, err := sg.close(trace)
+			if err != nil {
 				o.Logf("%v", err)
 			}
+			n.handedOff = handedOff
 		}
 		port := g.Port
 		n.gatePort = port
@@ -133,7 +139,9 @@ func gateDir(dir string) string { return filepath.Join(dir, "gate") }
 type sessionGate struct {
 	g     *gate.Gate
 	ready func() error // waits until it is ready (later calls say the same)
-	close func(trace func(string)) error
+	// close ends it and reports whether the session's watchdog took it
+	// over, its secrets included.
+	close func(trace func(string)) (handedOff bool, err error)
 }
 
 // openGate creates the session's gate and starts it in the background (or
@@ -150,7 +158,7 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, ga
 		if err != nil {
 			return nil, err
 		}
-		return &sessionGate{g: g, ready: func() error { return nil }, close: func(func(string)) error { return nil }}, nil
+		return &sessionGate{g: g, ready: func() error { return nil }, close: func(func(string)) (bool, error) { return false, nil }}, nil
 	}
 	gopts := gate.Options{Session: id, Dir: dir, Image: gateImage, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts, DNS: cfg.Network.Resolvers(), Owner: owner, HelperDir: st.helperDir,
 		Credentials: creds, UpstreamCAs: cfg.Network.UpstreamCA}
@@ -189,11 +197,11 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, ga
 		}()
 		return nil
 	}
-	sg.close = func(trace func(string)) error {
+	sg.close = func(trace func(string)) (bool, error) {
 		stopWatch()
 		if opened() != nil {
 			// Open removed the gate; what it may have logged is kept.
-			return follower.Stop()
+			return false, follower.Stop()
 		}
 		if watched != nil {
 			<-watched
@@ -210,7 +218,7 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, ga
 		if ferr := follower.Stop(); ferr != nil {
 			err = errors.Join(err, fmt.Errorf("the audit of session %s is incomplete: %w", id, ferr))
 		}
-		return err
+		return false, err
 	}
 	return sg, nil
 }

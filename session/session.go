@@ -130,17 +130,6 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, fmt.Errorf("session directory: %w", err)
 	}
-	// The gate's secrets go with the session: squid.conf holds the
-	// credentials' values, its TLS directory the session CA's key. Deferred
-	// first, this runs after the gate is gone; the rest of the directory
-	// (the access log, a review's layer) stays.
-	defer func() {
-		for _, p := range gate.SecretPaths(gateDir(dir)) {
-			if err := os.RemoveAll(p); err != nil {
-				o.Logf("remove the gate's secrets: %v", err)
-			}
-		}
-	}()
 	// aisb trust refuses while a session of the project runs.
 	if err := o.Paths.MarkSession(id, o.ProjectDir, owner); err != nil {
 		return 0, err
@@ -154,6 +143,21 @@ func Run(ctx context.Context, o Options) (int, error) {
 		defer wd.Stop()
 		trace("watchdog started")
 	}
+	// The gate's secrets go with the session: squid.conf holds the
+	// credentials' values, its TLS directory the session CA's key. Deferred
+	// before the gate opens, this runs after the gate is gone, and before
+	// the watchdog hears that the session ended; a gate handed to the
+	// watchdog is its to finish, secrets included (Finish). The rest of the
+	// directory (the access log, a review's layer) stays.
+	var net *network
+	defer func() {
+		if net != nil && net.handedOff {
+			return
+		}
+		if err := gate.RemoveSecrets(gateDir(dir)); err != nil {
+			o.Logf("%v", err)
+		}
+	}()
 	st, err := startSteer(o, id, dir, owner)
 	if err != nil {
 		return 0, err
@@ -169,7 +173,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		defer endReview(c, rv, img, owner, o.Logf)
 		trace("review: project recorded")
 	}
-	net, err := openNetwork(ctx, c, o, id, dir, owner, helper, imgs.gate, st, wd, env, creds, trace)
+	net, err = openNetwork(ctx, c, o, id, dir, owner, helper, imgs.gate, st, wd, env, creds, trace)
 	if err != nil {
 		return 0, err
 	}
