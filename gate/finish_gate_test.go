@@ -2,6 +2,7 @@ package gate_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,9 +16,10 @@ import (
 )
 
 // TestFinishAfterHandoff: a real gate's audit handed from one follower to
-// another while a tunnel is open. The second follower, the watchdog's, gets
-// the tunnel's line when it closes: Quiesce waits for that, squid is then
-// killed by its process, and every request is in the audit exactly once.
+// another while a TLS tunnel is open. The front has handed the tunnel to the
+// TLS port, which logs it when it closes. The second follower, the
+// watchdog's, gets that line: Quiesce waits for it, squid is then killed by
+// its process, and every request is in the audit exactly once.
 func TestFinishAfterHandoff(t *testing.T) {
 	c, img := connect(t)
 	g := startGate(t, c, img, "finish-test", hosts(t, "allowed.test"))
@@ -34,9 +36,14 @@ func TestFinishAfterHandoff(t *testing.T) {
 	if code := get(t, g.Addr(), "http://allowed.test/before-handoff", "allowed.test"); code != 200 {
 		t.Fatalf("GET: %d", code)
 	}
-	code, tunnel, _ := raw(t, g.Addr(), "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
-	if code != 200 {
-		t.Fatalf("CONNECT: %d", code)
+	// A spliced tunnel: the TLS port peeked at its ClientHello, and holds
+	// the front's connection until the tunnel closes.
+	held := tls.Client(tunnel(t, g.Addr(), "allowed.test:443"), &tls.Config{InsecureSkipVerify: true, ServerName: "allowed.test"})
+	if err := held.Handshake(); err != nil {
+		t.Fatalf("TLS through the tunnel: %v", err)
+	}
+	if gate.ClientConns(g.TLSPort) == 0 {
+		t.Fatal("the TLS port holds no connection with the tunnel open (the front's)")
 	}
 	log := filepath.Join(g.Dir, "access.log")
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -60,7 +67,7 @@ func TestFinishAfterHandoff(t *testing.T) {
 	closed := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(400 * time.Millisecond)
-		tunnel.Close()
+		held.Close()
 		closed <- time.Now()
 	}()
 	audit, err = gate.OpenAudit(auditDir, "finish-test", gate.AuditLimits{})
@@ -81,8 +88,8 @@ func TestFinishAfterHandoff(t *testing.T) {
 	}
 	audit.Close()
 	b, _ := os.ReadFile(file)
-	if strings.Count(string(b), "\n") != 2 || strings.Count(string(b), `"CONNECT"`) != 1 || strings.Count(string(b), `"GET"`) != 1 {
-		t.Errorf("the audit after the watchdog finished:\n%s", b)
+	if strings.Count(string(b), "\n") != 2 || strings.Count(string(b), `"CONNECT"`) != 1 || strings.Count(string(b), `"GET"`) != 1 || strings.Count(string(b), `"event":"`+gate.EventAllowed+`"`) != 2 {
+		t.Errorf("the audit after the watchdog finished, want the GET and the spliced tunnel, both allowed:\n%s", b)
 	}
 	// Podman learns of the exit a little later.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
