@@ -23,9 +23,11 @@ import (
 // TestFirstRequestFindsTheGate: the agent's very first request, sent the
 // instant the command starts, goes out through the gate, in every one of
 // several sessions, with the user's Podman service and with aisb's own one
-// (each session's gate start overlaps its sandbox's creation). The control
-// shows that a request to a port where nothing listens fails at once, so a
-// gate not yet listening could not pass unseen.
+// (each session's gate start overlaps its sandbox's creation). Every other
+// first request is HTTPS: its tunnel is handed to the gate's TLS port, which
+// squid must have found up (before that it fails such a tunnel with 500).
+// The control shows that a request to a port where nothing listens fails at
+// once, so a gate not yet listening could not pass unseen.
 func TestFirstRequestFindsTheGate(t *testing.T) {
 	base := testBaseImage(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -39,8 +41,13 @@ func TestFirstRequestFindsTheGate(t *testing.T) {
 		a.private = own // no CONTAINER_HOST: aisb reaches Podman its own way
 		for i := 0; i < 4; i++ {
 			path := fmt.Sprintf("/first-%d-%t-%d", i, own, time.Now().UnixNano())
-			r := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
-				`exec probe http-proxy "$HTTP_PROXY" http://allowed.test`+path)
+			first := `exec probe http-proxy "$HTTP_PROXY" http://allowed.test` + path
+			if i%2 == 1 {
+				// The sandbox does not trust the test upstream's CA: what
+				// matters is that the tunnel is spliced through to it.
+				first = `exec curl -sSk -o /dev/null -w "status %{http_code}" https://allowed.test` + path
+			}
+			r := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c", first)
 			if r.Code != 0 || !strings.Contains(r.Stdout, "status 200") || !upstreamSaw(t, path) {
 				t.Errorf("aisb's own service %t, session %d: the first request did not get through: %s", own, i, r)
 			}
@@ -65,26 +72,35 @@ func TestFirstRequestFindsTheGate(t *testing.T) {
 }
 
 // TestAuditCompleteAfterLastMomentTunnel: the agent opens a CONNECT tunnel
-// through the gate and the session ends while it is still open (squid logs a
-// tunnel only when it closes). Within a second of aisb's exit its line is
-// in the session's audit, `aisb audit` run at once shows it without a
-// warning, and soon after the gate, the watchdog and the marker are gone.
+// through the gate, spliced by its TLS port after a real handshake, and the
+// session ends while it is still open (squid logs a tunnel only when it
+// closes: on the TLS port, once the front's connection to it closes). Within
+// a second of aisb's exit its line is in the session's audit, `aisb audit`
+// run at once shows it without a warning, and soon after the gate, the
+// watchdog and the marker are gone.
 func TestAuditCompleteAfterLastMomentTunnel(t *testing.T) {
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	// A second process holds the tunnel; the command exits as soon as the
 	// tunnel is up, which ends the session and kills the holder.
-	writeUserFile(t, filepath.Join(a.project, "tunnel.py"), `import os, socket, sys, time
+	writeUserFile(t, filepath.Join(a.project, "tunnel.py"), `import os, socket, ssl, sys, time
 h, p = os.environ["HTTP_PROXY"][len("http://"):].rsplit(":", 1)
 s = socket.create_connection((h, int(p)))
 s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
 print(s.recv(200).split(b"\r\n")[0].decode(), flush=True)
+# The sandbox does not trust the test upstream's CA; the handshake is what
+# makes the TLS port splice the tunnel.
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+tls = ctx.wrap_socket(s, server_hostname="allowed.test")
+print("tls", tls.version(), flush=True)
 open("/project/tunnel-open", "w").close()
 time.sleep(600)
 `)
 	r := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
 		`python3 /project/tunnel.py & while [ ! -e /project/tunnel-open ]; do sleep 0.01; done; echo up`)
 	exited := time.Now()
-	if r.Code != 0 || !strings.Contains(r.Stdout, "200 Connection established") || !strings.Contains(r.Stdout, "up") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "200 Connection established") || !strings.Contains(r.Stdout, "tls TLS") || !strings.Contains(r.Stdout, "up") {
 		t.Fatalf("run: %s", r)
 	}
 	dir := filepath.Join(a.state, "aisb", "audit")
@@ -141,4 +157,82 @@ func anyLine(s string, f func(string) bool) bool {
 		}
 	}
 	return false
+}
+
+// TestGateSecretsGoAfterHandoff: a credential session's gate holds secrets
+// while it runs (squid.conf with the key's value, the session CA's key);
+// aisb hands the gate to the session's watchdog at the end, and by the time
+// the watchdog has completed the audit those files are gone, the access log
+// stays, no file of aisb's holds the key, and the gate is removed.
+func TestGateSecretsGoAfterHandoff(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), credentialConfig())
+	mark := headersMark(t)
+	key := fmt.Sprintf("REALKEY-handoff-%d", time.Now().UnixNano())
+	// The session lasts until the test has seen the session CA's key on the
+	// host (the control that there was something to remove).
+	seen := make(chan []string, 1)
+	ran := make(chan struct{})
+	go func() {
+		var keys []string
+		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && len(keys) == 0; time.Sleep(50 * time.Millisecond) {
+			keys, _ = filepath.Glob(filepath.Join(a.state, "*", "sessions", "*", "gate", "tls", "ca.key"))
+			select {
+			case <-ran:
+				deadline = time.Now()
+			default:
+			}
+		}
+		os.WriteFile(filepath.Join(a.project, "seen"), nil, 0o644)
+		seen <- keys
+	}()
+	r := a.runEnv(t, []string{"TEST_API_KEY=" + key, "TEST_BEARER=x"}, "run", "--harness", "shell", "--", "sh", "-c",
+		`i=0; while [ ! -e /project/seen ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
+exec curl -sS -o /dev/null -w "%{http_code}" https://api.allowed.test/handoff-secrets`)
+	close(ran)
+	keys := <-seen
+	if r.Code != 0 || r.Stdout != "200" {
+		t.Fatalf("run: %s", r)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("control: %d session CA keys seen while the session ran, want 1", len(keys))
+	}
+	got := false
+	for _, u := range upstreamRequests(t, mark) {
+		if u.Path == "/handoff-secrets" {
+			got = len(u.Headers["X-Api-Key"]) == 1 && u.Headers["X-Api-Key"][0] == key
+		}
+	}
+	if !got {
+		t.Errorf("control: the gate did not set the key on the request")
+	}
+	gateDir := filepath.Dir(filepath.Dir(keys[0]))
+	sessionDir := filepath.Dir(gateDir)
+	session := filepath.Base(sessionDir)
+	if _, err := os.Lstat(filepath.Join(sessionDir, "finish.json")); err != nil {
+		t.Errorf("aisb did not hand the gate to the watchdog: %v", err)
+	}
+	a.events(t) // waits until the watchdog has completed the audit
+	for _, p := range gate.SecretPaths(gateDir) {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is still there once the watchdog completed the audit (%v)", p, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(gateDir, "access.log")); err != nil {
+		t.Errorf("the gate's access log went with its secrets: %v", err)
+	}
+	filepath.Walk(a.state, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			if b, _ := os.ReadFile(p); strings.Contains(string(b), key) {
+				t.Errorf("%s holds the key after the session", p)
+			}
+		}
+		return nil
+	})
+	mine := func() []string {
+		r := testhost.Podman(t, "ps", "-a", "--filter", "label="+engine.LabelSession+"="+session, "--format", "{{.Names}}")
+		return strings.Fields(r.Stdout)
+	}
+	if !waitFor(5*time.Second, func() bool { return len(mine()) == 0 }) {
+		t.Errorf("5 s after the session its containers remain: %v", mine())
+	}
 }
