@@ -187,8 +187,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	trace("state volume ready")
 
 	// The sandbox is created while its gate starts (the policy already
-	// names the gate's port), and started only once the gate listens: the
-	// agent's very first request finds it. The gate's create has returned:
+	// names the gate's port), and started only once the gate is ready (both
+	// ports listen and squid has found its TLS port up): the agent's very
+	// first request, HTTP or HTTPS, finds it. The gate's create has returned:
 	// creates never overlap (engine.Create).
 	box, err := sandbox.Create(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
@@ -202,7 +203,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		err = net.ready()
 	}
 	if err == nil {
-		// Listed in aisb ps, and steerable, once its gate listens.
+		// Listed in aisb ps, and steerable, once its gate is ready.
 		err = st.publish(net.gatePort)
 	}
 	var exit sandbox.Exit

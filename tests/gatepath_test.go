@@ -17,7 +17,7 @@ import (
 
 // The gate is started while the sandbox is created, and finished by the
 // session's watchdog after aisb returns. These tests hold that to what it
-// must not give up: the agent's first request finds the gate listening, and
+// must not give up: the agent's first request finds the gate ready, and
 // the audit is complete right after aisb's exit.
 
 // TestFirstRequestFindsTheGate: the agent's very first request, sent the
