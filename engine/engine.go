@@ -51,6 +51,7 @@ type Conn struct {
 	exited  chan struct{} // closed when the private service has exited
 	sock    string
 	lockDir string   // where the per-service create lock lives
+	runDir  string   // the user's runtime directory, for a service on a unix socket
 	shared  bool     // aisb's shared service (see shared.go)
 	users   *os.File // held (shared lock) while this process uses it
 }
@@ -101,6 +102,9 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 		return nil, fmt.Errorf("connect to podman at %s: %w", c.URI, err)
 	}
 	c.Ctx = bctx
+	if strings.HasPrefix(c.URI, "unix://") {
+		c.runDir = w.RuntimeDir
+	}
 	v := bindings.ServiceVersion(bctx)
 	if v == nil || v.LT(MinVersion) {
 		c.Close()
@@ -160,6 +164,12 @@ func (c *Conn) startPrivate(runtimeDir string) error {
 	}
 	return nil
 }
+
+// LocalRuntimeDir is the user's runtime directory when Podman is reached
+// through a unix socket, and so is probably on this host (a forwarded
+// socket of a Podman machine is not: callers treat what they find there
+// as a shortcut to verify, never as fact); empty otherwise.
+func (c *Conn) LocalRuntimeDir() string { return c.runDir }
 
 // Private reports whether aisb started the service itself, for itself.
 func (c *Conn) Private() bool { return c.private != nil }

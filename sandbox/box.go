@@ -142,8 +142,8 @@ func (b *Box) Run() (Exit, error) {
 	b.trace("sandbox exited")
 	e := Exit{Code: int(code)}
 	if !o.Plain {
-		e.Status, e.StatusErr = readStatus(c, b.name)
-		b.trace("entrypoint's status read")
+		e.Status, e.StatusFrom, e.StatusErr = readStatus(c, b.name, c.LocalRuntimeDir(), o.StatusReader)
+		b.trace("entrypoint's status read from " + e.StatusFrom)
 	}
 	return e, nil
 }

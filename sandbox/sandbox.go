@@ -84,9 +84,12 @@ type Options struct {
 	Overlay    *Overlay                         // review mode: the project copy-on-write; nil: bind-mounted read-write
 	Logf       func(format string, args ...any) // aisb's messages (stderr)
 	Trace      func(phase string)               // phase timings ($AISB_TRACE); nil: none
-	Stdin      io.Reader
-	Stdout     io.Writer
-	Stderr     io.Writer
+	// StatusReader is aisb's status reader (the program and its
+	// subcommand, which calls ReadUpperStatus); nil: the archive copy only.
+	StatusReader []string
+	Stdin        io.Reader
+	Stdout       io.Writer
+	Stderr       io.Writer
 }
 
 // AgentSockPath is where a forwarded ssh-agent socket appears in the sandbox.

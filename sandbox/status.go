@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/contract"
@@ -21,7 +22,16 @@ type Exit struct {
 	// (the entrypoint never started, or the file could not be read).
 	Status    contract.Status
 	StatusErr error
+	// StatusFrom says where the status was read: StatusFromUpper or
+	// StatusFromCopy (for AISB_TRACE).
+	StatusFrom string
 }
+
+// Where the entrypoint's status was read from.
+const (
+	StatusFromUpper = "the container's upper directory"
+	StatusFromCopy  = "an archive copy"
+)
 
 // Failed reports whether the entrypoint itself said it stopped with code
 // (77: not enforced, 78: bad policy); only then is code not the command's.
@@ -29,13 +39,29 @@ func (e Exit) Failed(code int) bool {
 	return e.StatusErr == nil && e.Status.Outcome == contract.OutcomeFailed && e.Status.Code == code && e.Code == code
 }
 
-// readStatus copies the entrypoint's status file out of the stopped
-// container through the API (an archive copy; no host mount involved).
-func readStatus(c *engine.Conn, name string) (contract.Status, error) {
-	root, err := rootOwner(c, name)
+// readStatus reads the entrypoint's status file from the stopped
+// container: from its upper directory where Podman is on this host and its
+// storage overlay (statusInNamespace, through reader), else by an archive
+// copy through the API (no host mount involved). runtimeDir is the user's,
+// where Podman keeps its pause process.
+func readStatus(c *engine.Conn, name, runtimeDir string, reader []string) (s contract.Status, from string, err error) {
+	data, err := containers.Inspect(c.Ctx, name, nil)
 	if err != nil {
-		return contract.Status{}, fmt.Errorf("read the entrypoint's status: %w", err)
+		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
 	}
+	root := rootOwner(data)
+	if data.GraphDriver != nil && data.GraphDriver.Name == "overlay" {
+		if s, err := statusInNamespace(reader, runtimeDir, data.GraphDriver.Data["UpperDir"], root); err == nil {
+			return s, StatusFromUpper, nil
+		}
+	}
+	s, err = copyStatus(c, name, root)
+	return s, StatusFromCopy, err
+}
+
+// copyStatus copies the status file out through the API; root is the uid
+// the archive gives the container's root.
+func copyStatus(c *engine.Conn, name string, root int) (contract.Status, error) {
 	var buf bytes.Buffer
 	copyFn, err := containers.CopyToArchive(c.Ctx, name, contract.StatusPath, &buf)
 	if err != nil {
@@ -72,19 +98,15 @@ func readStatus(c *engine.Conn, name string) (contract.Status, error) {
 // rootOwner is the uid an archive of the container gives its root: under
 // rootless Podman with keep-id, the id its uid map sends container uid 0 to
 // ("0:1:1000" gives 1), while the agent's uid appears as 0.
-func rootOwner(c *engine.Conn, name string) (int, error) {
-	data, err := containers.Inspect(c.Ctx, name, nil)
-	if err != nil {
-		return 0, err
-	}
+func rootOwner(data *define.InspectContainerData) int {
 	if data.HostConfig == nil {
-		return 0, nil
+		return 0
 	}
 	for _, m := range data.HostConfig.IDMappings.UIDMap {
 		var ctr, host, size int
 		if _, err := fmt.Sscanf(m, "%d:%d:%d", &ctr, &host, &size); err == nil && ctr == 0 && size > 0 {
-			return host, nil
+			return host
 		}
 	}
-	return 0, nil
+	return 0
 }

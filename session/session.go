@@ -38,6 +38,7 @@ type Options struct {
 	Entrypoint     string   // path of the aisb-entrypoint binary
 	GateHelper     string   // path of the aisb-gatehelper binary; "": next to aisb
 	Watchdog       []string // argv that starts the watchdog; nil: none
+	StatusReader   []string // argv of the entrypoint status reader (sandbox.ReadUpperStatus); nil: the archive copy
 	Terminal       bool
 	Review         bool         // the project copy-on-write; see package review
 	Trace          bool         // print phase timings ($AISB_TRACE)
@@ -196,7 +197,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
-		Volumes: vols, Owner: owner, Overlay: overlay, Logf: o.Logf, Trace: trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+		Volumes: vols, Owner: owner, Overlay: overlay, StatusReader: o.StatusReader, Logf: o.Logf, Trace: trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err == nil {
 		defer box.Remove()

@@ -45,3 +45,26 @@ func TestAllowUnenforcedStillEnforces(t *testing.T) {
 		t.Errorf("said unenforced although the table was installed: %s", r.Stderr)
 	}
 }
+
+// TestStatusReadFromUpperDirectory: with Podman on this host, aisb reads the
+// entrypoint's status from the stopped container's upper directory instead
+// of an archive copy (which mounts the container's storage, ~100 ms of
+// every start-up), and what it reads is the entrypoint's: a session runs
+// without a word about its status, and a command that writes a lie into
+// the status file (TestCommandCannotForgeEnforcementFailure) cannot.
+func TestStatusReadFromUpperDirectory(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	for _, mode := range []string{"none", "allow"} {
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c",
+			"echo lie > /run/aisb/entrypoint.status && echo WROTE; exit 3")
+		if r.Code != 3 || strings.Contains(r.Stdout, "WROTE") {
+			t.Errorf("--net %s: %s", mode, r)
+		}
+		if !strings.Contains(r.Stderr, "entrypoint's status read from the container's upper directory") {
+			t.Errorf("--net %s: the status was not read from the upper directory: %s", mode, r.Stderr)
+		}
+		if strings.Contains(r.Stderr, "left no account") || strings.Contains(r.Stderr, "did not run") {
+			t.Errorf("--net %s: the entrypoint's account was not read: %s", mode, r.Stderr)
+		}
+	}
+}

@@ -111,6 +111,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			stateCommand(e),
 			completionCommand(),
 			watchdogCommand(e),
+			readStatusCommand(),
 			podmanServiceCommand(),
 			followCommand(e),
 		},

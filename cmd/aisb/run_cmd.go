@@ -117,7 +117,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), AllowProjectSockets: c.Bool("allow-project-sockets"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
-		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace, Builds: e.builds(c),
+		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, StatusReader: []string{self, "internal-read-status"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace, Builds: e.builds(c),
 		Logf: e.logf, Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {
@@ -136,6 +136,28 @@ func verboseFlag() cli.Flag {
 
 func baseImageFlag() cli.Flag {
 	return &cli.StringFlag{Name: "base-image", EnvVars: []string{"AISB_BASE_IMAGE"}, Usage: "build images on this `IMAGE` (default: sandbox.base_image)"}
+}
+
+// readStatusCommand is the entrypoint status reader that a session runs in
+// Podman's user namespace (see sandbox/upper.go); it prints the file.
+func readStatusCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "internal-read-status",
+		Hidden: true,
+		Usage:  "print the entrypoint's status from a stopped sandbox's upper directory",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "upper", Required: true},
+			&cli.IntFlag{Name: "root-uid", Required: true},
+		},
+		Action: func(c *cli.Context) error {
+			b, err := sandbox.ReadUpperStatus(c.String("upper"), c.Int("root-uid"))
+			if err != nil {
+				return err
+			}
+			_, err = c.App.Writer.Write(b)
+			return err
+		},
+	}
 }
 
 func watchdogCommand(e *appEnv) *cli.Command {
