@@ -43,11 +43,17 @@ func (g *Gate) Quiesce(within time.Duration) {
 		}
 		return fi.Size()
 	}
-	last, quiet := size(), time.Now()
+	// The quiet window starts at the first look that finds it quiet, not
+	// at the last that found it busy: the connection may have closed just
+	// after that look, or just before this one.
+	last, quiet, busy := size(), time.Now(), false
 	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if n := size(); n != last || g.clientConns() > 0 {
-			last, quiet = n, time.Now()
-		} else if time.Since(quiet) >= Quiet {
+		switch n := size(); {
+		case n != last || g.clientConns() > 0:
+			last, busy = n, true
+		case busy:
+			quiet, busy = time.Now(), false
+		case time.Since(quiet) >= Quiet:
 			return
 		}
 	}

@@ -117,9 +117,12 @@ func TestQuiesce(t *testing.T) {
 	closed := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
+		// The time is taken before the close: Quiesce may see the
+		// connection gone before this goroutine runs again.
+		at := time.Now()
 		client.Close()
 		server.Close()
-		closed <- time.Now()
+		closed <- at
 	}()
 	start := time.Now()
 	g.Quiesce(5 * time.Second)
@@ -139,9 +142,12 @@ func TestQuiesce(t *testing.T) {
 	server, _ = tls.Accept()
 	go func() {
 		time.Sleep(300 * time.Millisecond)
+		// The time is taken before the close: Quiesce may see the
+		// connection gone before this goroutine runs again.
+		at := time.Now()
 		client.Close()
 		server.Close()
-		closed <- time.Now()
+		closed <- at
 	}()
 	start = time.Now()
 	g.Quiesce(5 * time.Second)
