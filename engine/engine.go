@@ -102,7 +102,11 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 		return nil, fmt.Errorf("connect to podman at %s: %w", c.URI, err)
 	}
 	c.Ctx = bctx
-	if strings.HasPrefix(c.URI, "unix://") {
+	// The user's own Podman: found by aisb, or named by a CONTAINER_HOST
+	// socket in the user's runtime directory (ssh:// and sockets elsewhere
+	// are a Podman whose paths need not be this host's).
+	if sock, ok := strings.CutPrefix(c.URI, "unix://"); ok && w.RuntimeDir != "" &&
+		(w.URI == "" || strings.HasPrefix(filepath.Clean(sock), filepath.Clean(w.RuntimeDir)+"/")) {
 		c.runDir = w.RuntimeDir
 	}
 	v := bindings.ServiceVersion(bctx)
@@ -165,10 +169,10 @@ func (c *Conn) startPrivate(runtimeDir string) error {
 	return nil
 }
 
-// LocalRuntimeDir is the user's runtime directory when Podman is reached
-// through a unix socket, and so is probably on this host (a forwarded
-// socket of a Podman machine is not: callers treat what they find there
-// as a shortcut to verify, never as fact); empty otherwise.
+// LocalRuntimeDir is the user's runtime directory when Podman is the user's
+// own on this host (aisb's service, or the user's socket there); callers
+// still treat what they find through it as a shortcut to verify, never as
+// fact. Empty otherwise.
 func (c *Conn) LocalRuntimeDir() string { return c.runDir }
 
 // Private reports whether aisb started the service itself, for itself.

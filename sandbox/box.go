@@ -35,6 +35,7 @@ type Box struct {
 	cancel   context.CancelFunc
 	attached chan error
 	removed  bool
+	reader   *statusReader // nil: the entrypoint's status by archive copy
 }
 
 // Create creates the sandbox, hands it its files and attaches to it. Remove
@@ -55,6 +56,13 @@ func Create(c *engine.Conn, o Options) (*Box, error) {
 	trace("sandbox created")
 	ctx, cancel := context.WithCancel(c.Ctx)
 	b := &Box{c: c, o: o, name: s.Name, trace: trace, cancel: cancel, attached: make(chan error, 1)}
+	// Before the agent runs: what reads its status afterwards must not be
+	// a file it could change (upper.go).
+	if c.LocalRuntimeDir() != "" && !o.Plain {
+		if b.reader, err = prepareReader(o.StatusReader); err != nil {
+			trace(err.Error())
+		}
+	}
 	if err := b.prepare(ctx, resp.Warnings); err != nil {
 		b.Remove()
 		return nil, err
@@ -102,6 +110,7 @@ func (b *Box) Remove() {
 	}
 	b.removed = true
 	b.cancel()
+	b.reader.close()
 	if err := engine.Remove(b.c, b.name); err != nil {
 		b.o.Logf("%v", err)
 	}
@@ -142,7 +151,7 @@ func (b *Box) Run() (Exit, error) {
 	b.trace("sandbox exited")
 	e := Exit{Code: int(code)}
 	if !o.Plain {
-		e.Status, e.StatusFrom, e.StatusErr = readStatus(c, b.name, c.LocalRuntimeDir(), o.StatusReader)
+		e.Status, e.StatusFrom, e.StatusErr = readStatus(c, b.name, c.LocalRuntimeDir(), b.reader)
 		b.trace("entrypoint's status read from " + e.StatusFrom)
 	}
 	return e, nil

@@ -41,22 +41,26 @@ func (e Exit) Failed(code int) bool {
 
 // readStatus reads the entrypoint's status file from the stopped
 // container: from its upper directory where Podman is on this host and its
-// storage overlay (statusInNamespace, through reader), else by an archive
-// copy through the API (no host mount involved). runtimeDir is the user's,
-// where Podman keeps its pause process.
-func readStatus(c *engine.Conn, name, runtimeDir string, reader []string) (s contract.Status, from string, err error) {
+// storage overlay (the reader, prepared before the sandbox started), else
+// by an archive copy through the API (no host mount involved). runtimeDir
+// is the user's, where Podman keeps its pause process. from says which,
+// and why not the upper directory.
+func readStatus(c *engine.Conn, name, runtimeDir string, r *statusReader) (s contract.Status, from string, err error) {
 	data, err := containers.Inspect(c.Ctx, name, nil)
 	if err != nil {
 		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
 	}
 	root := rootOwner(data)
+	why := "the storage driver is not overlay"
 	if data.GraphDriver != nil && data.GraphDriver.Name == "overlay" {
-		if s, err := statusInNamespace(reader, runtimeDir, data.GraphDriver.Data["UpperDir"], root); err == nil {
+		s, err := r.statusInNamespace(runtimeDir, data.GraphDriver.Data["UpperDir"], root)
+		if err == nil {
 			return s, StatusFromUpper, nil
 		}
+		why = err.Error()
 	}
 	s, err = copyStatus(c, name, root)
-	return s, StatusFromCopy, err
+	return s, StatusFromCopy + " (not " + StatusFromUpper + ": " + why + ")", err
 }
 
 // copyStatus copies the status file out through the API; root is the uid
@@ -97,16 +101,28 @@ func copyStatus(c *engine.Conn, name string, root int) (contract.Status, error) 
 
 // rootOwner is the uid an archive of the container gives its root: under
 // rootless Podman with keep-id, the id its uid map sends container uid 0 to
-// ("0:1:1000" gives 1), while the agent's uid appears as 0.
+// ("0:1:1000" gives 1), while the agent's uid appears as 0. Without a map,
+// container and namespace ids are the same (0). -1, which no file has,
+// when the map sends the root and the agent to the same id.
 func rootOwner(data *define.InspectContainerData) int {
-	if data.HostConfig == nil {
+	if data.HostConfig == nil || data.HostConfig.IDMappings == nil || len(data.HostConfig.IDMappings.UIDMap) == 0 {
 		return 0
 	}
+	root, agent := -1, -2
 	for _, m := range data.HostConfig.IDMappings.UIDMap {
 		var ctr, host, size int
-		if _, err := fmt.Sscanf(m, "%d:%d:%d", &ctr, &host, &size); err == nil && ctr == 0 && size > 0 {
-			return host
+		if _, err := fmt.Sscanf(m, "%d:%d:%d", &ctr, &host, &size); err != nil || size <= 0 {
+			continue
+		}
+		if ctr == 0 {
+			root = host
+		}
+		if contract.AgentUID >= ctr && contract.AgentUID-ctr < size {
+			agent = host + (contract.AgentUID - ctr)
 		}
 	}
-	return 0
+	if root == agent {
+		return -1
+	}
+	return root
 }

@@ -32,6 +32,13 @@ import (
 // elsewhere, whose paths are not this host's; another storage driver; no
 // nsenter; a file not as the entrypoint leaves it) falls back to the copy,
 // whose answer is the one that counts.
+//
+// The reader runs on the host after the agent did, so nothing it runs may
+// be a file the agent could have changed: nsenter is taken from the
+// system's own directories, root's and closed to others, and aisb's own
+// binary is opened before the sandbox starts and run through that
+// descriptor (a project holding aisb's binary, or a PATH entry inside the
+// project, is the agent's to write).
 
 // errNoUpper says the status cannot be read from the container's upper
 // directory on this host.
@@ -49,7 +56,7 @@ const maxStatus = 4096
 // or chown to.
 func ReadUpperStatus(upper string, rootUID int) ([]byte, error) {
 	if upper == "" || !filepath.IsAbs(upper) || rootUID < 0 {
-		return nil, errNoUpper
+		return nil, fmt.Errorf("%w: upper %q, root uid %d", errNoUpper, upper, rootUID)
 	}
 	dir, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -58,7 +65,7 @@ func ReadUpperStatus(upper string, rootUID int) ([]byte, error) {
 	defer unix.Close(dir)
 	fd, err := unix.Openat2(dir, strings.TrimPrefix(contract.StatusPath, "/"), &unix.OpenHow{
 		// O_NONBLOCK: a FIFO in its place must not hang the reader.
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC,
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
 	})
 	if err != nil {
@@ -68,53 +75,109 @@ func ReadUpperStatus(upper string, rootUID int) ([]byte, error) {
 	defer f.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", contract.StatusPath, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("%s is not a regular file", contract.StatusPath)
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrStatusFile, contract.StatusPath)
 	}
 	if int(st.Uid) != rootUID {
-		return nil, fmt.Errorf("%s is owned by uid %d, not the container's root (%d)", contract.StatusPath, st.Uid, rootUID)
+		return nil, fmt.Errorf("%w: %s is owned by uid %d, not the container's root (%d)", ErrStatusFile, contract.StatusPath, st.Uid, rootUID)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxStatus+1))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", contract.StatusPath, err)
 	}
 	if len(b) > maxStatus {
-		return nil, fmt.Errorf("%s is longer than %d bytes", contract.StatusPath, maxStatus)
+		return nil, fmt.Errorf("%w: %s is longer than %d bytes", ErrStatusFile, contract.StatusPath, maxStatus)
 	}
 	return b, nil
 }
 
-// statusInNamespace runs reader (aisb's status reader: the program and its
-// subcommand) in the user namespace of Podman's pause process found in
-// runtimeDir, to read the status beneath upper.
-func statusInNamespace(reader []string, runtimeDir, upper string, rootUID int) (contract.Status, error) {
-	if len(reader) == 0 || runtimeDir == "" {
-		return contract.Status{}, errNoUpper
+// ErrStatusFile is a status file that is not as the entrypoint leaves it.
+var ErrStatusFile = errors.New("not the entrypoint's status file")
+
+// statusReader runs aisb's status reader in Podman's user namespace. It is
+// prepared before the sandbox starts (see the top of this file).
+type statusReader struct {
+	nsenter string   // from the system's directories
+	self    *os.File // aisb's binary, opened before the agent ran
+	args    []string // the reader's subcommand
+}
+
+// nsenterDirs are where nsenter is taken from: the system's, never PATH.
+var nsenterDirs = []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"}
+
+// prepareReader opens argv[0] (aisb) and finds nsenter; nil when either
+// cannot be had, and the copy is used.
+func prepareReader(argv []string) (*statusReader, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%w: no status reader", errNoUpper)
 	}
-	pid, err := pausePID(runtimeDir)
+	nsenter, err := systemProgram("nsenter")
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Open(argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoUpper, err)
+	}
+	return &statusReader{nsenter: nsenter, self: self, args: argv[1:]}, nil
+}
+
+func (r *statusReader) close() {
+	if r != nil {
+		r.self.Close()
+	}
+}
+
+// systemProgram finds name in nsenterDirs: a regular file of root's that
+// only root can change, in a directory only root can change.
+func systemProgram(name string) (string, error) {
+	for _, d := range nsenterDirs {
+		p := filepath.Join(d, name)
+		var st, dst unix.Stat_t
+		if unix.Stat(p, &st) != nil || unix.Stat(d, &dst) != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Uid == 0 && st.Mode&0o022 == 0 && dst.Uid == 0 && dst.Mode&0o022 == 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no %s of root's in %s", errNoUpper, name, strings.Join(nsenterDirs, ", "))
+}
+
+// statusInNamespace runs the reader in the user namespace of Podman's
+// pause process found in runtimeDir, to read the status beneath upper.
+func (r *statusReader) statusInNamespace(runtimeDir, upper string, rootUID int) (contract.Status, error) {
+	if r == nil || runtimeDir == "" {
+		return contract.Status{}, fmt.Errorf("%w: no status reader or runtime directory", errNoUpper)
+	}
+	pid, err := pausePID(runtimeDir, rootUID)
 	if err != nil {
 		return contract.Status{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	args := append([]string{"--user", "--target", strconv.Itoa(pid), "--preserve-credentials", "--"}, reader...)
+	// aisb's binary as opened before the sandbox started: descriptor 3 in
+	// nsenter, which execs it by that descriptor.
+	args := append([]string{"--user", "--target", strconv.Itoa(pid), "--preserve-credentials", "--", "/proc/self/fd/3"}, r.args...)
 	args = append(args, "--upper", upper, "--root-uid", strconv.Itoa(rootUID))
-	cmd := exec.CommandContext(ctx, "nsenter", args...)
+	cmd := exec.CommandContext(ctx, r.nsenter, args...)
+	cmd.ExtraFiles = []*os.File{r.self}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &limited{&out, maxStatus + 1}, &limited{&errb, 1024}
 	cmd.Env = []string{}
+	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
-		return contract.Status{}, fmt.Errorf("%w: %v: %q", errNoUpper, err, errb.String())
+		return contract.Status{}, fmt.Errorf("%w: %v: %q", errNoUpper, err, strings.TrimSpace(errb.String()))
 	}
 	return contract.ParseStatus(out.Bytes())
 }
 
 // pausePID is the pid of rootless Podman's pause process, which holds its
-// user namespace, checked to be one of this user's: the namespace's root is
-// this user.
-func pausePID(runtimeDir string) (int, error) {
+// user namespace, checked to be one of this user's that maps the
+// container's root (checkRootlessMap).
+func pausePID(runtimeDir string, rootUID int) (int, error) {
 	b, err := os.ReadFile(filepath.Join(runtimeDir, "libpod", "tmp", "pause.pid"))
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", errNoUpper, err)
@@ -127,10 +190,26 @@ func pausePID(runtimeDir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %v", errNoUpper, err)
 	}
-	if mapUID(string(m), 0) != os.Getuid() || mapUID(string(m), 1) == 1 {
-		return 0, fmt.Errorf("%w: process %d is not in this user's rootless namespace", errNoUpper, pid)
+	if err := checkRootlessMap(string(m), os.Getuid(), rootUID); err != nil {
+		return 0, fmt.Errorf("%w: process %d: %v", errNoUpper, pid, err)
 	}
 	return pid, nil
+}
+
+// checkRootlessMap says whether a uid_map is that of a rootless Podman
+// namespace of user uid: its root is uid, it is not the identity, and it
+// maps the container's root (rootUID, as the namespace names it) to a uid
+// that is not uid's own.
+func checkRootlessMap(m string, uid, rootUID int) error {
+	switch {
+	case mapUID(m, 0) != uid:
+		return errors.New("its root is not this user")
+	case mapUID(m, 1) == 1:
+		return errors.New("it is the initial namespace")
+	case rootUID <= 0 || mapUID(m, rootUID) < 0 || mapUID(m, rootUID) == uid:
+		return fmt.Errorf("it does not map the container's root (%d) to a subordinate uid", rootUID)
+	}
+	return nil
 }
 
 // mapUID finds nsUID in a uid_map ("inside outside count" per line); -1

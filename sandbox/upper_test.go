@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/containers/podman/v5/libpod/define"
+
 	"github.com/aisb-dev/aisb/contract"
 )
 
@@ -114,16 +116,15 @@ func TestMapUID(t *testing.T) {
 	}
 }
 
-// TestPausePIDNeedsOurNamespace: the pause process named must hold a
-// namespace whose root is this user and which maps more than the identity;
-// anything else is no shortcut.
+// TestPausePIDNeedsOurNamespace: a pause.pid that is missing, garbage or
+// names a process of the initial namespace gives no shortcut.
 func TestPausePIDNeedsOurNamespace(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "libpod", "tmp", "pause.pid")
 	if err := os.MkdirAll(filepath.Dir(pidFile), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pausePID(dir); err == nil {
+	if _, err := pausePID(dir, 1); err == nil {
 		t.Errorf("no pause.pid: accepted")
 	}
 	// This test's own process is in the initial namespace, whose map is the
@@ -132,8 +133,77 @@ func TestPausePIDNeedsOurNamespace(t *testing.T) {
 		if err := os.WriteFile(pidFile, []byte(pid), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := pausePID(dir); err == nil {
+		if got, err := pausePID(dir, 1); err == nil {
 			t.Errorf("pause.pid %q: accepted as %d", pid, got)
+		}
+	}
+}
+
+// TestCheckRootlessMap: Podman's namespace of this user, mapping the
+// container's root to a subordinate uid, passes (the control); the
+// identity, another user's, plain "unshare -r" and a root that is the
+// user do not.
+func TestCheckRootlessMap(t *testing.T) {
+	podman := "         0       1001          1\n         1     100000      65536\n"
+	if err := checkRootlessMap(podman, 1001, 1); err != nil {
+		t.Errorf("rootless Podman's map: %v", err)
+	}
+	for name, c := range map[string]struct {
+		m         string
+		uid, root int
+	}{
+		"the initial namespace":         {"         0          0 4294967295\n", 0, 1},
+		"another user's namespace":      {podman, 1002, 1},
+		"unshare -r":                    {"         0       1001          1\n", 1001, 1},
+		"the container's root is us":    {podman, 1001, 0},
+		"the container's root unmapped": {podman, 1001, 70000},
+		"no container root":             {podman, 1001, -1},
+	} {
+		if err := checkRootlessMap(c.m, c.uid, c.root); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestSystemProgram: nsenter comes from the system's directories only,
+// whatever PATH says.
+func TestSystemProgram(t *testing.T) {
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "nsenter")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho '{\"outcome\":\"enforced\"}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	p, err := systemProgram("nsenter")
+	if err != nil {
+		t.Fatalf("this host has no nsenter of root's (util-linux): %v", err)
+	}
+	if p == fake || !filepath.IsAbs(p) {
+		t.Errorf("nsenter from %s", p)
+	}
+	if _, err := systemProgram("aisb-no-such-program"); err == nil {
+		t.Errorf("a missing program was found")
+	}
+}
+
+// TestRootOwner: the archive's owner of the container's root under
+// keep-id; none when the map sends the root and the agent to one id.
+func TestRootOwner(t *testing.T) {
+	keepID := &define.InspectContainerData{HostConfig: &define.InspectContainerHostConfig{IDMappings: &define.InspectIDMappings{
+		UIDMap: []string{"0:1:1000", "1000:0:1", "1001:1001:64535"},
+	}}}
+	if got := rootOwner(keepID); got != 1 {
+		t.Errorf("keep-id: %d, want 1", got)
+	}
+	same := &define.InspectContainerData{HostConfig: &define.InspectContainerHostConfig{IDMappings: &define.InspectIDMappings{
+		UIDMap: []string{"0:0:1", "1000:0:1"},
+	}}}
+	if got := rootOwner(same); got != -1 {
+		t.Errorf("root and agent on one id: %d, want -1", got)
+	}
+	for _, none := range []*define.InspectContainerData{{}, {HostConfig: &define.InspectContainerHostConfig{}}} {
+		if got := rootOwner(none); got != 0 {
+			t.Errorf("no map: %d, want 0", got)
 		}
 	}
 }

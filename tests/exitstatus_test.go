@@ -1,6 +1,9 @@
 package tests
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,5 +69,48 @@ func TestStatusReadFromUpperDirectory(t *testing.T) {
 		if strings.Contains(r.Stderr, "left no account") || strings.Contains(r.Stderr, "did not run") {
 			t.Errorf("--net %s: the entrypoint's account was not read: %s", mode, r.Stderr)
 		}
+	}
+}
+
+// TestStatusReaderRunsNothingTheAgentWrote: the status reader runs on the
+// host after the agent did, so nothing it runs may be a file the agent
+// could change. Here aisb's own binary sits in the project and the project
+// is on aisb's PATH (an activated virtualenv, a tools directory); the agent
+// replaces the binary and plants an nsenter on that PATH, both a script
+// that leaves a mark on the host. Neither runs, and the status is still
+// read from the upper directory; the control runs the script by hand.
+func TestStatusReaderRunsNothingTheAgentWrote(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	marker := filepath.Join(testhost.UserDir(t), "ran")
+	fake := "#!/bin/sh\ntouch " + marker + "\necho '{\"outcome\":\"enforced\"}'\n"
+	writeUserFile(t, filepath.Join(a.project, "fake.sh"), fake)
+	bin, err := os.ReadFile(a.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeUserFile(t, filepath.Join(a.project, "tools", "aisb"), string(bin))
+	os.Chmod(filepath.Join(a.project, "tools", "aisb"), 0o755)
+	a.bin = filepath.Join(a.project, "tools", "aisb")
+
+	// Control: the script, run as the user on the host, leaves its mark.
+	if r := testhost.Run(t, testhost.UserCommand(context.Background(), "sh", filepath.Join(a.project, "fake.sh"))); r.Code != 0 {
+		t.Fatalf("control: %s", r)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("control: the script left no mark: %v", err)
+	}
+	os.Remove(marker)
+
+	r := a.runEnv(t, []string{"AISB_TRACE=1", "PATH=" + filepath.Join(a.project, "bin") + ":/usr/local/bin:/usr/bin:/bin"},
+		"run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
+		"mkdir -p bin && cp fake.sh bin/nsenter && chmod 755 bin/nsenter && cp fake.sh tools/aisb.new && chmod 755 tools/aisb.new && mv tools/aisb.new tools/aisb && echo PLANTED")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "PLANTED") {
+		t.Fatalf("the agent could not plant its files: %s", r)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("a file the agent wrote ran on the host after the session: %s", r.Stderr)
+	}
+	if !strings.Contains(r.Stderr, "entrypoint's status read from the container's upper directory") {
+		t.Errorf("the status was not read from the upper directory: %s", r.Stderr)
 	}
 }
