@@ -114,3 +114,32 @@ func TestStatusReaderRunsNothingTheAgentWrote(t *testing.T) {
 		t.Errorf("the status was not read from the upper directory: %s", r.Stderr)
 	}
 }
+
+// TestStatusReadByCopyElsewhere: for a Podman that is not this user's own
+// on this host (here its socket, reached through a link outside the user's
+// runtime directory, as a forwarded socket would be), aisb reads the
+// entrypoint's status by the archive copy, and reads it as well: a session
+// ends with no word about its status, and the command's own 77 is not taken
+// for the entrypoint's.
+func TestStatusReadByCopyElsewhere(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	link := filepath.Join(testhost.UserDir(t), "podman.sock")
+	if err := os.Symlink(strings.TrimPrefix(testhost.Service(t), "unix://"), link); err != nil {
+		t.Fatal(err)
+	}
+	a.host = "unix://" + link
+	for _, code := range []int{0, 77} {
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c", "exit "+strconv.Itoa(code))
+		if r.Code != code {
+			t.Errorf("exit %d: %s", code, r)
+		}
+		if !strings.Contains(r.Stderr, "entrypoint's status read from an archive copy") {
+			t.Errorf("exit %d: the status was not read by the copy: %s", code, r.Stderr)
+		}
+		for _, lie := range []string{"could not be enforced", "left no account", "did not run"} {
+			if strings.Contains(r.Stderr, lie) {
+				t.Errorf("exit %d: %q: %s", code, lie, r.Stderr)
+			}
+		}
+	}
+}
