@@ -105,11 +105,8 @@ func Wait(in io.Reader, owner string) Wake {
 	for state.OwnerAlive(owner) {
 		select {
 		case msg := <-said:
-			switch msg {
-			case msgFinish:
-				return Finish
-			case msgStop:
-				return Stopped
+			if w, ok := wakeFor(msg); ok {
+				return w
 			}
 			// Closed without a word: aisb is gone, or about to be.
 			said, every = nil, 20*time.Millisecond
@@ -121,16 +118,24 @@ func Wait(in io.Reader, owner string) Wake {
 	if said != nil {
 		select {
 		case msg := <-said:
-			switch msg {
-			case msgFinish:
-				return Finish
-			case msgStop:
-				return Stopped
+			if w, ok := wakeFor(msg); ok {
+				return w
 			}
 		case <-time.After(2 * time.Second):
 		}
 	}
 	return OwnerGone
+}
+
+// wakeFor is what a word of aisb's means; false for none (end of file).
+func wakeFor(msg string) (Wake, bool) {
+	switch msg {
+	case msgFinish:
+		return Finish, true
+	case msgStop:
+		return Stopped, true
+	}
+	return 0, false
 }
 
 // Remove removes the named containers of a session whose aisb is gone.
