@@ -58,8 +58,8 @@ func Create(c *engine.Conn, o Options) (*Box, error) {
 	b := &Box{c: c, o: o, name: s.Name, trace: trace, cancel: cancel, attached: make(chan error, 1)}
 	// Before the agent runs: what reads its status afterwards must not be
 	// a file it could change (upper.go).
-	if c.LocalRuntimeDir() != "" && !o.Plain {
-		if b.reader, err = prepareReader(o.StatusReader); err != nil {
+	if !o.Plain {
+		if b.reader, err = prepareReader(o.StatusReader, c.LocalRuntimeDir()); err != nil {
 			trace(err.Error())
 		}
 	}
@@ -151,7 +151,7 @@ func (b *Box) Run() (Exit, error) {
 	b.trace("sandbox exited")
 	e := Exit{Code: int(code)}
 	if !o.Plain {
-		e.Status, e.StatusFrom, e.StatusErr = readStatus(c, b.name, c.LocalRuntimeDir(), b.reader)
+		e.Status, e.StatusFrom, e.StatusErr = readStatus(c, b.name, b.reader)
 		b.trace("entrypoint's status read from " + e.StatusFrom)
 	}
 	return e, nil

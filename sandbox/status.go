@@ -42,10 +42,9 @@ func (e Exit) Failed(code int) bool {
 // readStatus reads the entrypoint's status file from the stopped
 // container: from its upper directory where Podman is on this host and its
 // storage overlay (the reader, prepared before the sandbox started), else
-// by an archive copy through the API (no host mount involved). runtimeDir
-// is the user's, where Podman keeps its pause process. from says which,
-// and why not the upper directory.
-func readStatus(c *engine.Conn, name, runtimeDir string, r *statusReader) (s contract.Status, from string, err error) {
+// by an archive copy through the API (no host mount involved). from says
+// which, and why not the upper directory.
+func readStatus(c *engine.Conn, name string, r *statusReader) (s contract.Status, from string, err error) {
 	data, err := containers.Inspect(c.Ctx, name, nil)
 	if err != nil {
 		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
@@ -53,7 +52,7 @@ func readStatus(c *engine.Conn, name, runtimeDir string, r *statusReader) (s con
 	root := rootOwner(data)
 	why := "the storage driver is not overlay"
 	if data.GraphDriver != nil && data.GraphDriver.Name == "overlay" {
-		s, err := r.statusInNamespace(runtimeDir, data.GraphDriver.Data["UpperDir"], root)
+		s, err := r.statusInNamespace(data.GraphDriver.Data["UpperDir"], root)
 		if err == nil {
 			return s, StatusFromUpper, nil
 		}

@@ -102,16 +102,18 @@ type statusReader struct {
 	nsenter string   // from the system's directories
 	self    *os.File // aisb's binary, opened before the agent ran
 	args    []string // the reader's subcommand
+	runDir  string   // the user's runtime directory, where Podman keeps its pause process
 }
 
 // nsenterDirs are where nsenter is taken from: the system's, never PATH.
 var nsenterDirs = []string{"/usr/bin", "/bin", "/usr/sbin", "/sbin"}
 
-// prepareReader opens argv[0] (aisb) and finds nsenter; nil when either
-// cannot be had, and the copy is used.
-func prepareReader(argv []string) (*statusReader, error) {
-	if len(argv) == 0 {
-		return nil, fmt.Errorf("%w: no status reader", errNoUpper)
+// prepareReader opens argv[0] (aisb) and finds nsenter for a Podman of
+// this host whose runtime directory is runDir (engine.Conn.LocalRuntimeDir);
+// nil when any is missing, and the copy is used.
+func prepareReader(argv []string, runDir string) (*statusReader, error) {
+	if len(argv) == 0 || runDir == "" {
+		return nil, fmt.Errorf("%w: no status reader or no Podman of this host", errNoUpper)
 	}
 	nsenter, err := systemProgram("nsenter")
 	if err != nil {
@@ -121,7 +123,7 @@ func prepareReader(argv []string) (*statusReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoUpper, err)
 	}
-	return &statusReader{nsenter: nsenter, self: self, args: argv[1:]}, nil
+	return &statusReader{nsenter: nsenter, self: self, args: argv[1:], runDir: runDir}, nil
 }
 
 func (r *statusReader) close() {
@@ -147,12 +149,12 @@ func systemProgram(name string) (string, error) {
 }
 
 // statusInNamespace runs the reader in the user namespace of Podman's
-// pause process found in runtimeDir, to read the status beneath upper.
-func (r *statusReader) statusInNamespace(runtimeDir, upper string, rootUID int) (contract.Status, error) {
-	if r == nil || runtimeDir == "" {
-		return contract.Status{}, fmt.Errorf("%w: no status reader or runtime directory", errNoUpper)
+// pause process, to read the status beneath upper.
+func (r *statusReader) statusInNamespace(upper string, rootUID int) (contract.Status, error) {
+	if r == nil {
+		return contract.Status{}, fmt.Errorf("%w: no status reader", errNoUpper)
 	}
-	pid, err := pausePID(runtimeDir, rootUID)
+	pid, err := pausePID(r.runDir, rootUID)
 	if err != nil {
 		return contract.Status{}, err
 	}
