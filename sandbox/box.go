@@ -36,6 +36,7 @@ type Box struct {
 	attached chan error
 	removed  bool
 	reader   *statusReader // nil: the entrypoint's status by archive copy
+	status   *statusPlan   // once started
 }
 
 // Create creates the sandbox, hands it its files and attaches to it. Remove
@@ -110,6 +111,7 @@ func (b *Box) Remove() {
 	}
 	b.removed = true
 	b.cancel()
+	b.status.cancel()
 	b.reader.close()
 	if err := engine.Remove(b.c, b.name); err != nil {
 		b.o.Logf("%v", err)
@@ -125,6 +127,11 @@ func (b *Box) Run() (Exit, error) {
 		return Exit{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	b.trace("sandbox started")
+	if !o.Plain {
+		// The status reader starts while the agent runs, so that reading
+		// the status after the exit costs no process start.
+		b.status = planStatus(c, b.name, b.reader)
+	}
 	// Signals to aisb go to the agent, which ends the session the normal
 	// way (and so removes the gate). With a terminal, Ctrl-C arrives as a
 	// byte through the TTY, not as a signal to aisb.
@@ -151,7 +158,7 @@ func (b *Box) Run() (Exit, error) {
 	b.trace("sandbox exited")
 	e := Exit{Code: int(code)}
 	if !o.Plain {
-		e.Status, e.StatusFrom, e.StatusErr = readStatus(c, b.name, b.reader)
+		e.Status, e.StatusFrom, e.StatusErr = b.status.read(c)
 		b.trace("entrypoint's status read from " + e.StatusFrom)
 	}
 	return e, nil

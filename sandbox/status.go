@@ -39,27 +39,61 @@ func (e Exit) Failed(code int) bool {
 	return e.StatusErr == nil && e.Status.Outcome == contract.OutcomeFailed && e.Status.Code == code && e.Code == code
 }
 
-// readStatus reads the entrypoint's status file from the stopped
-// container: from its upper directory where Podman is on this host and its
-// storage overlay (the reader, prepared before the sandbox started), else
-// by an archive copy through the API (no host mount involved). from says
-// which, and why not the upper directory.
-func readStatus(c *engine.Conn, name string, r *statusReader) (s contract.Status, from string, err error) {
+// statusPlan is how the entrypoint's status is read once the sandbox has
+// exited, settled while it runs: from its upper directory where Podman is
+// on this host and its storage overlay (the reader, prepared before the
+// sandbox started, is started now and told to read after the exit), else
+// by an archive copy through the API (no host mount involved).
+type statusPlan struct {
+	name    string
+	data    *define.InspectContainerData // nil: inspect after the exit
+	pending *pendingRead                 // nil: no reader, the copy
+	why     string                       // why not the upper directory
+}
+
+// planStatus inspects the running sandbox and starts the status reader.
+func planStatus(c *engine.Conn, name string, r *statusReader) *statusPlan {
+	p := &statusPlan{name: name, why: "the storage driver is not overlay"}
 	data, err := containers.Inspect(c.Ctx, name, nil)
 	if err != nil {
-		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
+		p.why = err.Error()
+		return p
 	}
-	root := rootOwner(data)
-	why := "the storage driver is not overlay"
+	p.data = data
 	if data.GraphDriver != nil && data.GraphDriver.Name == "overlay" {
-		s, err := r.statusInNamespace(data.GraphDriver.Data["UpperDir"], root)
+		if p.pending, err = r.start(data.GraphDriver.Data["UpperDir"], rootOwner(data)); err != nil {
+			p.why = err.Error()
+		}
+	}
+	return p
+}
+
+// read reads the status of the exited sandbox; from says where it was
+// read, and why not from the upper directory.
+func (p *statusPlan) read(c *engine.Conn) (s contract.Status, from string, err error) {
+	if p.pending != nil {
+		s, err := p.pending.read()
+		p.pending = nil
 		if err == nil {
 			return s, StatusFromUpper, nil
 		}
-		why = err.Error()
+		p.why = err.Error()
 	}
-	s, err = copyStatus(c, name, root)
-	return s, StatusFromCopy + " (not " + StatusFromUpper + ": " + why + ")", err
+	if p.data == nil {
+		if p.data, err = containers.Inspect(c.Ctx, p.name, nil); err != nil {
+			return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
+		}
+	}
+	s, err = copyStatus(c, p.name, rootOwner(p.data))
+	return s, StatusFromCopy + " (not " + StatusFromUpper + ": " + p.why + ")", err
+}
+
+// cancel ends a reader that was never told to read.
+func (p *statusPlan) cancel() {
+	if p != nil {
+		p.pending.cancel()
+		p.pending = nil
+	}
 }
 
 // copyStatus copies the status file out through the API; root is the uid

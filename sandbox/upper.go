@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -148,33 +147,112 @@ func systemProgram(name string) (string, error) {
 	return "", fmt.Errorf("%w: no %s of root's in %s", errNoUpper, name, strings.Join(nsenterDirs, ", "))
 }
 
-// statusInNamespace runs the reader in the user namespace of Podman's
-// pause process, to read the status beneath upper.
-func (r *statusReader) statusInNamespace(upper string, rootUID int) (contract.Status, error) {
+// pendingRead is the status reader started in Podman's user namespace
+// while the sandbox runs: it has paid its start (nsenter, aisb's own start:
+// some 15 ms) before the sandbox exits, and reads the file only when told,
+// after the exit. Closing the pipe without a word ends it having read
+// nothing.
+type pendingRead struct {
+	cmd       *exec.Cmd
+	tell      *os.File // the write end of the reader's stdin
+	out, errb bytes.Buffer
+	done      chan error
+}
+
+// readerTimeout bounds the read once the reader is told.
+const readerTimeout = 5 * time.Second
+
+// start starts the reader for the status beneath upper in the user
+// namespace of Podman's pause process; it waits to be told (read).
+func (r *statusReader) start(upper string, rootUID int) (*pendingRead, error) {
 	if r == nil {
-		return contract.Status{}, fmt.Errorf("%w: no status reader", errNoUpper)
+		return nil, fmt.Errorf("%w: no status reader", errNoUpper)
 	}
 	pid, err := pausePID(r.runDir, rootUID)
 	if err != nil {
-		return contract.Status{}, err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	// aisb's binary as opened before the sandbox started: descriptor 3 in
 	// nsenter, which execs it by that descriptor.
 	args := append([]string{"--user", "--target", strconv.Itoa(pid), "--preserve-credentials", "--", "/proc/self/fd/3"}, r.args...)
-	args = append(args, "--upper", upper, "--root-uid", strconv.Itoa(rootUID))
-	cmd := exec.CommandContext(ctx, r.nsenter, args...)
+	args = append(args, "--upper", upper, "--root-uid", strconv.Itoa(rootUID), "--when-told")
+	cmd := exec.Command(r.nsenter, args...)
 	cmd.ExtraFiles = []*os.File{r.self}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &limited{&out, maxStatus + 1}, &limited{&errb, 1024}
+	return startPending(cmd)
+}
+
+// startPending starts cmd with an empty environment and a pipe on its
+// stdin that read writes to.
+func startPending(cmd *exec.Cmd) (*pendingRead, error) {
+	p := &pendingRead{cmd: cmd, done: make(chan error, 1)}
+	in, tell, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoUpper, err)
+	}
+	p.tell = tell
+	cmd.Stdin = in
+	cmd.Stdout, cmd.Stderr = &limited{&p.out, maxStatus + 1}, &limited{&p.errb, 1024}
 	cmd.Env = []string{}
 	cmd.WaitDelay = time.Second
-	if err := cmd.Run(); err != nil {
-		return contract.Status{}, fmt.Errorf("%w: %v: %q", errNoUpper, err, strings.TrimSpace(errb.String()))
+	err = cmd.Start()
+	in.Close()
+	if err != nil {
+		tell.Close()
+		return nil, fmt.Errorf("%w: %v", errNoUpper, err)
 	}
-	return contract.ParseStatus(out.Bytes())
+	go func() { p.done <- cmd.Wait() }()
+	return p, nil
 }
+
+// read tells the reader to read, now that the sandbox has exited, and
+// parses what it printed.
+func (p *pendingRead) read() (contract.Status, error) {
+	_, werr := p.tell.Write([]byte{'\n'})
+	p.tell.Close()
+	var err error
+	select {
+	case err = <-p.done:
+	case <-time.After(readerTimeout):
+		p.cmd.Process.Kill()
+		<-p.done
+		err = fmt.Errorf("no answer within %s", readerTimeout)
+	}
+	if err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
+		return contract.Status{}, fmt.Errorf("%w: %v: %q", errNoUpper, err, strings.TrimSpace(p.errb.String()))
+	}
+	return contract.ParseStatus(p.out.Bytes())
+}
+
+// cancel ends a reader that was never told (its pipe closes: it reads
+// nothing and exits).
+func (p *pendingRead) cancel() {
+	if p == nil {
+		return
+	}
+	p.tell.Close()
+	select {
+	case <-p.done:
+	case <-time.After(readerTimeout):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// WaitToBeTold blocks the reader until the session says the sandbox has
+// exited: one byte on stdin. Anything else (the pipe closed, aisb gone)
+// ends it without reading.
+func WaitToBeTold(r io.Reader) error {
+	var b [1]byte
+	if n, _ := r.Read(b[:]); n != 1 {
+		return errNotTold
+	}
+	return nil
+}
+
+var errNotTold = errors.New("the session did not ask for the status")
 
 // pausePID is the pid of rootless Podman's pause process, which holds its
 // user namespace, checked to be one of this user's that maps the

@@ -1,12 +1,15 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
 
@@ -205,5 +208,67 @@ func TestRootOwner(t *testing.T) {
 		if got := rootOwner(none); got != 0 {
 			t.Errorf("no map: %d, want 0", got)
 		}
+	}
+}
+
+// TestPendingReaderReadsOnlyWhenTold: the reader started while the sandbox
+// runs does nothing until told; a reader never told (the session ended
+// another way) ends without reading, and one that does not answer in time
+// is killed rather than waited for.
+func TestPendingReaderReadsOnlyWhenTold(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "read")
+	// Stands in for the reader: like internal-read-status --when-told, it
+	// reads (here: records that it read) only after a line on stdin.
+	told := `IFS= read -r x || exit 3; touch ` + marker + `; printf '{"outcome":"enforced"}\n'`
+
+	// Control: told, it reads and its answer is parsed.
+	p, err := startPending(exec.Command("/bin/sh", "-c", told))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the reader read before it was told")
+	}
+	s, err := p.read()
+	if err != nil || s.Outcome != contract.OutcomeEnforced {
+		t.Fatalf("told reader: %+v, %v", s, err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the told reader did not read: %v", err)
+	}
+
+	// Never told: it ends on its own, having read nothing.
+	os.Remove(marker)
+	p, err = startPending(exec.Command("/bin/sh", "-c", told))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cancel()
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a reader that was never told read")
+	}
+	if p.cmd.ProcessState == nil || p.cmd.ProcessState.ExitCode() != 3 {
+		t.Fatalf("a reader never told: %v, want it ended (exit 3) by its closed pipe", p.cmd.ProcessState)
+	}
+
+	// A reader that fails says so, with what it printed on stderr.
+	p, err = startPending(exec.Command("/bin/sh", "-c", `read -r x; echo refused >&2; exit 1`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.read(); !errors.Is(err, errNoUpper) || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("failing reader: %v", err)
+	}
+}
+
+// TestWaitToBeTold: one byte is the word; a closed pipe is not.
+func TestWaitToBeTold(t *testing.T) {
+	if err := WaitToBeTold(strings.NewReader("\n")); err != nil {
+		t.Fatalf("told: %v", err)
+	}
+	if err := WaitToBeTold(strings.NewReader("")); !errors.Is(err, errNotTold) {
+		t.Fatalf("pipe closed: %v, want errNotTold", err)
 	}
 }

@@ -148,8 +148,16 @@ func readStatusCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "upper", Required: true},
 			&cli.IntFlag{Name: "root-uid", Required: true},
+			// Started while the sandbox runs: read only once the session
+			// says it exited (a byte on stdin).
+			&cli.BoolFlag{Name: "when-told"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.Bool("when-told") {
+				if err := sandbox.WaitToBeTold(c.App.Reader); err != nil {
+					return err
+				}
+			}
 			b, err := sandbox.ReadUpperStatus(c.String("upper"), c.Int("root-uid"))
 			if err != nil {
 				return err
