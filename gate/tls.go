@@ -136,6 +136,10 @@ func renderTLSRules(line func(string, ...any), dir string, names []string, creds
 	line("ssl_bump terminate all gate_rule_%s", RuleSNIMismatch)
 	line("on_unsupported_protocol respond all gate_rule_%s", RuleNotTLS)
 	if len(creds) == 0 {
+		line("")
+		line("# Nothing is bumped, so the gate never opens TLS to an upstream itself:")
+		line("# no trust store to load at start.")
+		line("tls_outgoing_options default-ca=off")
 		return
 	}
 	line("")
