@@ -164,6 +164,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	defer st.stop()
+	trace("steering ready (with a gate: its audit, the live server)")
 	var overlay *sandbox.Overlay
 	if o.Review {
 		rv, err := review.Begin(dir, review.Meta{Session: id, Project: o.ProjectDir, Owner: owner, Image: img})
