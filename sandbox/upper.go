@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -194,6 +195,9 @@ func startPending(cmd *exec.Cmd) (*pendingRead, error) {
 	cmd.Stdout, cmd.Stderr = &limited{&p.out, maxStatus + 1}, &limited{&p.errb, 1024}
 	cmd.Env = []string{}
 	cmd.WaitDelay = time.Second
+	// Its own process group: a Ctrl-C at a terminal (no TTY in the
+	// sandbox) is forwarded to the agent, and must not end the reader.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	in.Close()
 	if err != nil {

@@ -227,6 +227,11 @@ func TestPendingReaderReadsOnlyWhenTold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Out of aisb's process group: a terminal's Ctrl-C, meant for the
+	// agent, does not reach it.
+	if pg, err := syscall.Getpgid(p.cmd.Process.Pid); err != nil || pg == syscall.Getpgrp() {
+		t.Fatalf("the reader's process group is %d (%v), aisb's is %d: want its own", pg, err, syscall.Getpgrp())
+	}
 	time.Sleep(50 * time.Millisecond)
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the reader read before it was told")
