@@ -127,11 +127,6 @@ func (b *Box) Run() (Exit, error) {
 		return Exit{}, fmt.Errorf("start sandbox: %w", err)
 	}
 	b.trace("sandbox started")
-	if !o.Plain {
-		// The status reader starts while the agent runs, so that reading
-		// the status after the exit costs no process start.
-		b.status = planStatus(c, b.name, b.reader)
-	}
 	// Signals to aisb go to the agent, which ends the session the normal
 	// way (and so removes the gate). With a terminal, Ctrl-C arrives as a
 	// byte through the TTY, not as a signal to aisb.
@@ -149,6 +144,11 @@ func (b *Box) Run() (Exit, error) {
 			}
 		}
 	}()
+	if !o.Plain {
+		// The status reader starts while the agent runs, so that reading
+		// the status after the exit costs no process start.
+		b.status = planStatus(c, b.name, b.reader)
+	}
 	code, err := containers.Wait(c.Ctx, b.name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
 	if err != nil {
 		return Exit{}, fmt.Errorf("wait for sandbox: %w", err)

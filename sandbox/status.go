@@ -60,7 +60,11 @@ func planStatus(c *engine.Conn, name string, r *statusReader) *statusPlan {
 		return p
 	}
 	p.data = data
-	if data.GraphDriver != nil && data.GraphDriver.Name == "overlay" {
+	switch {
+	case data.GraphDriver == nil || data.GraphDriver.Name != "overlay":
+	case data.GraphDriver.Data["UpperDir"] == "":
+		p.why = "Podman names no upper directory"
+	default:
 		if p.pending, err = r.start(data.GraphDriver.Data["UpperDir"], rootOwner(data)); err != nil {
 			p.why = err.Error()
 		}

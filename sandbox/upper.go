@@ -173,13 +173,18 @@ func (r *statusReader) start(upper string, rootUID int) (*pendingRead, error) {
 	if err != nil {
 		return nil, err
 	}
-	// aisb's binary as opened before the sandbox started: descriptor 3 in
-	// nsenter, which execs it by that descriptor.
+	return startPending(r.command(pid, upper, rootUID))
+}
+
+// command is the reader's command line: nsenter from the system's
+// directories, into the user namespace of process pid, exec'ing aisb's
+// binary as opened before the sandbox started (descriptor 3 in nsenter).
+func (r *statusReader) command(pid int, upper string, rootUID int) *exec.Cmd {
 	args := append([]string{"--user", "--target", strconv.Itoa(pid), "--preserve-credentials", "--", "/proc/self/fd/3"}, r.args...)
 	args = append(args, "--upper", upper, "--root-uid", strconv.Itoa(rootUID), "--when-told")
 	cmd := exec.Command(r.nsenter, args...)
 	cmd.ExtraFiles = []*os.File{r.self}
-	return startPending(cmd)
+	return cmd
 }
 
 // startPending starts cmd with an empty environment and a pipe on its

@@ -277,3 +277,26 @@ func TestWaitToBeTold(t *testing.T) {
 		t.Fatalf("pipe closed: %v, want errNotTold", err)
 	}
 }
+
+// TestReaderCommand: the reader is nsenter as found in the system's
+// directories (never PATH) running aisb's binary by the descriptor opened
+// before the sandbox started.
+func TestReaderCommand(t *testing.T) {
+	self, err := os.Open(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer self.Close()
+	r := &statusReader{nsenter: "/usr/bin/nsenter", self: self, args: []string{"internal-read-status"}}
+	cmd := r.command(4242, "/upper", 1)
+	if cmd.Path != "/usr/bin/nsenter" {
+		t.Errorf("runs %q, want the nsenter found in the system's directories", cmd.Path)
+	}
+	want := []string{"/usr/bin/nsenter", "--user", "--target", "4242", "--preserve-credentials", "--", "/proc/self/fd/3", "internal-read-status", "--upper", "/upper", "--root-uid", "1", "--when-told"}
+	if strings.Join(cmd.Args, " ") != strings.Join(want, " ") {
+		t.Errorf("argv %q, want %q", cmd.Args, want)
+	}
+	if len(cmd.ExtraFiles) != 1 || cmd.ExtraFiles[0] != self {
+		t.Errorf("descriptor 3 is not aisb's binary as opened before the start: %v", cmd.ExtraFiles)
+	}
+}

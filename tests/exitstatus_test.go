@@ -73,12 +73,14 @@ func TestStatusReadFromUpperDirectory(t *testing.T) {
 }
 
 // TestStatusReaderRunsNothingTheAgentWrote: the status reader runs on the
-// host after the agent did, so nothing it runs may be a file the agent
-// could change. Here aisb's own binary sits in the project and the project
-// is on aisb's PATH (an activated virtualenv, a tools directory); the agent
-// replaces the binary and plants an nsenter on that PATH, both a script
-// that leaves a mark on the host. Neither runs, and the status is still
-// read from the upper directory; the control runs the script by hand.
+// host while and after the agent runs, so nothing it runs may be a file the
+// agent could change. Here aisb's own binary sits in the project and the
+// project is on aisb's PATH (an activated virtualenv, a tools directory):
+// an nsenter on that PATH (left by an earlier session: the reader starts
+// as the sandbox does, before this session's agent could write one) and,
+// from the agent, a replaced aisb binary, both a script that leaves a mark
+// on the host. Neither runs, and the status is still read from the upper
+// directory; the control runs the script by hand.
 func TestStatusReaderRunsNothingTheAgentWrote(t *testing.T) {
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	marker := filepath.Join(testhost.UserDir(t), "ran")
@@ -100,10 +102,12 @@ func TestStatusReaderRunsNothingTheAgentWrote(t *testing.T) {
 		t.Fatalf("control: the script left no mark: %v", err)
 	}
 	os.Remove(marker)
+	writeUserFile(t, filepath.Join(a.project, "bin", "nsenter"), fake)
+	os.Chmod(filepath.Join(a.project, "bin", "nsenter"), 0o755)
 
 	r := a.runEnv(t, []string{"AISB_TRACE=1", "PATH=" + filepath.Join(a.project, "bin") + ":/usr/local/bin:/usr/bin:/bin"},
 		"run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
-		"mkdir -p bin && cp fake.sh bin/nsenter && chmod 755 bin/nsenter && cp fake.sh tools/aisb.new && chmod 755 tools/aisb.new && mv tools/aisb.new tools/aisb && echo PLANTED")
+		"cp fake.sh tools/aisb.new && chmod 755 tools/aisb.new && mv tools/aisb.new tools/aisb && echo PLANTED")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "PLANTED") {
 		t.Fatalf("the agent could not plant its files: %s", r)
 	}
