@@ -47,9 +47,8 @@ func (e Exit) Failed(code int) bool {
 // by an archive copy through the API (no host mount involved).
 type statusPlan struct {
 	name    string
-	data    *define.InspectContainerData // nil: inspect after the exit
-	pending *pendingRead                 // nil: no reader, the copy
-	why     string                       // why not the upper directory
+	pending *pendingRead // nil: no reader, the copy
+	why     string       // why not the upper directory
 }
 
 // planStatus inspects the running sandbox and starts the status reader.
@@ -60,7 +59,6 @@ func planStatus(c *engine.Conn, name string, r *statusReader) *statusPlan {
 		p.why = err.Error()
 		return p
 	}
-	p.data = data
 	switch {
 	case data.GraphDriver == nil || data.GraphDriver.Name != "overlay":
 	case data.GraphDriver.Data["UpperDir"] == "":
@@ -87,12 +85,13 @@ func (p *statusPlan) read(c *engine.Conn) (s contract.Status, from string, err e
 	// Inspected again: Podman's cleanup of the exited container (its
 	// storage unmounted) holds the container's lock, and a copy made
 	// while it runs can come back empty.
-	if p.data, err = containers.Inspect(c.Ctx, p.name, nil); err != nil {
+	data, err := containers.Inspect(c.Ctx, p.name, nil)
+	if err != nil {
 		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
 	}
 	from = StatusFromCopy + " (not " + StatusFromUpper + ": " + p.why + ")"
 	for try := 1; ; try++ {
-		s, err = copyStatus(c, p.name, rootOwner(p.data))
+		s, err = copyStatus(c, p.name, rootOwner(data))
 		if !errors.Is(err, errNotInArchive) || try == copyTries {
 			if try > 1 {
 				from += fmt.Sprintf(", copied %d times", try)
