@@ -33,12 +33,13 @@ import (
 // nsenter; a file not as the entrypoint leaves it) falls back to the copy,
 // whose answer is the one that counts.
 //
-// The reader runs on the host after the agent did, so nothing it runs may
-// be a file the agent could have changed: nsenter is taken from the
-// system's own directories, root's and closed to others, and aisb's own
-// binary is opened before the sandbox starts and run through that
-// descriptor (a project holding aisb's binary, or a PATH entry inside the
-// project, is the agent's to write).
+// The reader is started as the sandbox starts and reads only once told
+// the sandbox has exited (pendingRead). It runs on the host beside and
+// after the agent, so nothing it runs may be a file the agent could have
+// changed: nsenter is taken from the system's own directories, root's and
+// closed to others, and aisb's own binary is opened before the sandbox
+// starts and run through that descriptor (a project holding aisb's binary,
+// or a PATH entry inside the project, is the agent's to write).
 
 // errNoUpper says the status cannot be read from the container's upper
 // directory on this host.
@@ -218,14 +219,7 @@ func startPending(cmd *exec.Cmd) (*pendingRead, error) {
 func (p *pendingRead) read() (contract.Status, error) {
 	_, werr := p.tell.Write([]byte{'\n'})
 	p.tell.Close()
-	var err error
-	select {
-	case err = <-p.done:
-	case <-time.After(readerTimeout):
-		p.cmd.Process.Kill()
-		<-p.done
-		err = fmt.Errorf("no answer within %s", readerTimeout)
-	}
+	err := p.wait()
 	if err == nil && werr != nil {
 		err = werr
 	}
@@ -242,11 +236,19 @@ func (p *pendingRead) cancel() {
 		return
 	}
 	p.tell.Close()
+	p.wait()
+}
+
+// wait collects the reader's end, killing it when it takes longer than
+// readerTimeout.
+func (p *pendingRead) wait() error {
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		return err
 	case <-time.After(readerTimeout):
 		p.cmd.Process.Kill()
 		<-p.done
+		return fmt.Errorf("no answer within %s", readerTimeout)
 	}
 }
 
