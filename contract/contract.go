@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // Exit statuses of the entrypoint when it refuses to run the command.
@@ -16,8 +17,27 @@ const (
 	ExitPolicy  = 78 // EX_CONFIG: the session policy is missing, unreadable or invalid
 )
 
+// PolicyDir is the directory aisb mounts read-only in the sandbox: it holds
+// the session policy and, once the gate is ready, GateReadyFile.
+const PolicyDir = "/etc/aisb"
+
 // PolicyPath is where aisb puts the session policy in the sandbox, read-only.
-const PolicyPath = "/etc/aisb/policy.json"
+const PolicyPath = PolicyDir + "/" + PolicyFile
+
+// PolicyFile is the session policy's name in PolicyDir.
+const PolicyFile = "policy.json"
+
+// GateReadyFile, in the policy's directory, is aisb's word that the
+// session's gate is ready (both its ports listen and squid has found its TLS
+// port up). A policy with AwaitGate makes the entrypoint wait for it, at most
+// GateWait, before it execs the command, so that the sandbox can start (and
+// its table be installed) while the gate still starts, and the command's
+// first request still finds the gate ready.
+const GateReadyFile = "gate-ready"
+
+// GateWait is how long the entrypoint waits for GateReadyFile; aisb gives up
+// on a gate far sooner (20 s) and removes the sandbox.
+const GateWait = 60 * time.Second
 
 // AgentUID and AgentGID are who the command runs as inside the sandbox.
 const (
@@ -86,6 +106,9 @@ type Policy struct {
 	// SessionCA is the gate's session CA (one PEM certificate) when the gate
 	// sets credentials; the entrypoint appends it to CABundle before the drop.
 	SessionCA string `json:"session_ca,omitempty"`
+	// AwaitGate makes the entrypoint wait for GateReadyFile, after every
+	// step but the exec (allow mode with a gate of the session's own).
+	AwaitGate bool `json:"await_gate,omitempty"`
 }
 
 // CABundle is the sandbox image's CA bundle, where the entrypoint appends
@@ -180,6 +203,9 @@ func (p Policy) Validate() error {
 		}
 	default:
 		return policyErr("mode %q; want allow, none, no-gate or open", p.Mode)
+	}
+	if p.AwaitGate && p.Mode != ModeAllow {
+		return policyErr("await_gate: %s mode has no gate to wait for", p.Mode)
 	}
 	for _, e := range p.HostPorts {
 		if err := checkEndpoint("host port", e); err != nil {

@@ -10,8 +10,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 
@@ -36,6 +38,7 @@ type Entrypoint struct {
 	stderr     io.Writer
 	nft        func() (*nftables.Conn, error)
 	caBundle   string
+	gateWait   time.Duration
 }
 
 // New returns the entrypoint with its production settings.
@@ -48,6 +51,7 @@ func New() *Entrypoint {
 		stderr:     os.Stderr,
 		nft:        func() (*nftables.Conn, error) { return nftables.New() },
 		caBundle:   contract.CABundle,
+		gateWait:   contract.GateWait,
 	}
 	return e
 }
@@ -75,6 +79,7 @@ func (e *Entrypoint) Main(args []string) int {
 	unenforced := fs.Bool("allow-unenforced", false, "when the network table cannot be installed or verified, run the command without it (the privilege drop still happens)")
 	fs.StringVar(&e.policyPath, "policy", contract.PolicyPath, "session policy `file` (tests only; aisb always uses the default)")
 	fs.StringVar(&e.statusPath, "status", contract.StatusPath, "status `file` (tests only; aisb always uses the default)")
+	fs.DurationVar(&e.gateWait, "gate-wait", contract.GateWait, "how long to wait for the gate when the policy says so (tests only)")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: aisb-entrypoint [--allow-unenforced] -- COMMAND [ARGS...]")
 	}
@@ -163,7 +168,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		return fail("restrict socket families", ExitEnforce, err)
 	}
 
-	// 6. Exec the command on this same thread, as the agent user.
+	// 6. Find the command, as the agent user.
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		code := ExitNotFound
@@ -172,6 +177,19 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		}
 		return fail("exec "+argv[0], code, err)
 	}
+
+	// 7. When the policy says so, wait for aisb's word that the gate is
+	//    ready (a file it creates beside the policy): the sandbox starts,
+	//    and the steps above run, while the session's gate still starts,
+	//    and the command's first request must find the gate ready. No word
+	//    within the wait, and the command never runs.
+	if p.AwaitGate {
+		if err := awaitFile(filepath.Join(filepath.Dir(e.policyPath), contract.GateReadyFile), e.gateWait); err != nil {
+			return fail("wait for the gate", ExitEnforce, err)
+		}
+	}
+
+	// 8. Exec the command on this same thread.
 	// Reported through the descriptor opened as root; it closes on exec.
 	if err := st.report(outcome); err != nil {
 		return fail("write status", ExitEnforce, err)
@@ -199,4 +217,24 @@ func (e *Entrypoint) enforce(p contract.Policy) error {
 		return fail("verify table", ExitEnforce, err)
 	}
 	return nil
+}
+
+// awaitFile returns once path exists, looking every millisecond (a stat of
+// the read-only policy directory), or fails after wait.
+func awaitFile(path string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	var st syscall.Stat_t
+	for {
+		err := syscall.Stat(path, &st)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no word from aisb that the gate is ready (%s) within %s", path, wait)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -290,6 +290,74 @@ func TestFailsClosed(t *testing.T) {
 	}
 }
 
+// TestWaitsForTheGate: with await_gate in its policy the entrypoint installs
+// the table and drops its privileges, then waits for aisb's word that the
+// gate is ready (contract.GateReadyFile beside the policy) before it execs
+// the command: without the word the command does not run, and after
+// --gate-wait it never does (77, step "wait for the gate"). The control:
+// the word given, the same command runs.
+func TestWaitsForTheGate(t *testing.T) {
+	testhost.RequireRoot(t)
+	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
+	ns := netnstest.New(t)
+	run := func(wait string) (dir string, cmd *exec.Cmd, status string) {
+		dir = testhost.AgentDir(t)
+		b, _ := json.Marshal(contract.Policy{Version: 1, Mode: contract.ModeAllow, AwaitGate: true,
+			Gate: &contract.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
+		if err := os.WriteFile(filepath.Join(dir, contract.PolicyFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		status = statusFile(t)
+		cmd = ns.Command(ep, "--policy", filepath.Join(dir, contract.PolicyFile), "--status", status, "--gate-wait", wait, "--", "touch", filepath.Join(dir, "ran"))
+		return dir, cmd, status
+	}
+	ran := func(dir string) bool {
+		_, err := os.Stat(filepath.Join(dir, "ran"))
+		return err == nil
+	}
+
+	// The word comes late: until then the command does not run.
+	dir, cmd, status := run("20s")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("the entrypoint ended (%v) before the gate was said ready", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if ran(dir) {
+		t.Fatal("the command ran before the gate was said ready")
+	}
+	if err := os.WriteFile(filepath.Join(dir, contract.GateReadyFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil || !ran(dir) {
+			t.Errorf("control: once the gate was said ready the command did not run (%v)", err)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the entrypoint did not go on within 10 s of the word")
+	}
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeEnforced {
+		t.Errorf("status %+v, want enforced", st)
+	}
+
+	// No word at all: the command never runs.
+	dir, cmd, status = run("300ms")
+	r := testhost.Run(t, cmd)
+	if r.Code != contract.ExitEnforce || !strings.Contains(r.Stderr, "wait for the gate") || ran(dir) {
+		t.Errorf("without the word: want exit %d at \"wait for the gate\" and no command: %s (ran %t)", contract.ExitEnforce, r, ran(dir))
+	}
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeFailed || st.Step != "wait for the gate" {
+		t.Errorf("status %+v, want failed at wait for the gate", st)
+	}
+}
+
 // TestAllowUnenforced: --allow-unenforced still installs the table when it
 // can; only when installing fails does the command run without it, loudly,
 // and the entrypoint's status says which happened.
