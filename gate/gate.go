@@ -234,7 +234,7 @@ func ptr[T any](v T) *T { return &v }
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
-		if Listening(g.Port) && Listening(g.TLSPort) && g.tlsPortChecked() {
+		if Listening(g.Port, g.TLSPort) && g.tlsPortChecked() {
 			if pid, ok := g.pid(c); ok {
 				if pid > 0 {
 					g.Squid = state.OwnerOf(pid)
@@ -243,13 +243,13 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 			}
 			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
-		if i%20 == 19 && !g.running(c) {
+		if i%50 == 49 && !g.running(c) {
 			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("start gate: 127.0.0.1:%d and :%d did not both accept connections within %s: %s", g.Port, g.TLSPort, timeout, g.squidError())
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -268,21 +268,24 @@ func (g *Gate) tlsPortChecked() bool {
 	return false
 }
 
-// Listening reports whether a socket of this network namespace listens on
-// 127.0.0.1:port (state 0A in /proc/net/tcp).
-func Listening(port int) bool {
+// Listening reports whether sockets of this network namespace listen on
+// 127.0.0.1 on every one of ports (state 0A in /proc/net/tcp, read once).
+func Listening(ports ...int) bool {
 	b, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
 		return false
 	}
-	want := fmt.Sprintf("0100007F:%04X", port)
+	want := map[string]bool{}
+	for _, p := range ports {
+		want[fmt.Sprintf("0100007F:%04X", p)] = true
+	}
 	for _, l := range strings.Split(string(b), "\n") {
 		f := strings.Fields(l)
-		if len(f) > 3 && f[1] == want && f[3] == "0A" {
-			return true
+		if len(f) > 3 && want[f[1]] && f[3] == "0A" {
+			delete(want, f[1])
 		}
 	}
-	return false
+	return len(want) == 0
 }
 
 func (g *Gate) running(c *engine.Conn) bool {
