@@ -37,7 +37,8 @@ const (
 	LabelSession = "io.aisb.session" // session id, or the gate's name for a long-lived gate
 	LabelOwner   = "io.aisb.owner"   // "PID:STARTTIME" of the aisb process that owns it; absent for long-lived gates
 	// LabelFinisher is "PID:STARTTIME" of the session's watchdog, which
-	// removes a session gate after its owner exits: not reaped while it lives.
+	// removes a session's gate and exited sandbox after their owner exits:
+	// not reaped while it lives.
 	LabelFinisher = "io.aisb.finisher"
 )
 

@@ -32,6 +32,7 @@ type Watchdog struct {
 // The messages on a watchdog's standard input.
 const (
 	msgFinish = "finish"
+	msgRemove = "remove"
 	msgStop   = "stop"
 )
 
@@ -53,15 +54,26 @@ func StartWatchdog(argv []string, owner, session string) (*Watchdog, error) {
 	return &Watchdog{w: w, owner: state.OwnerOf(cmd.Process.Pid)}, nil
 }
 
-// Owner identifies the watchdog process ("PID:STARTTIME", see state.Owner).
-func (w *Watchdog) Owner() string { return w.owner }
+// Owner identifies the watchdog process ("PID:STARTTIME", see state.Owner);
+// "" for none (a nil Watchdog).
+func (w *Watchdog) Owner() string {
+	if w == nil {
+		return ""
+	}
+	return w.owner
+}
 
 // Finish hands the rest of the session's end to the watchdog, which goes on
 // after aisb exits; what to finish the caller has written beforehand.
 func (w *Watchdog) Finish() error { return w.say(msgFinish) }
 
+// RemoveSandbox hands the removal of the session's exited sandbox (a
+// session without a gate of its own) to the watchdog, which goes on after
+// aisb exits.
+func (w *Watchdog) RemoveSandbox() error { return w.say(msgRemove) }
+
 // Stop ends the watchdog when the session ended the normal way and left
-// nothing to finish; after Finish it does nothing.
+// nothing to finish; after Finish or RemoveSandbox it does nothing.
 func (w *Watchdog) Stop() { _ = w.say(msgStop) }
 
 func (w *Watchdog) say(msg string) error {
@@ -83,9 +95,10 @@ func (w *Watchdog) say(msg string) error {
 type Wake int
 
 const (
-	Stopped   Wake = iota // the session ended and left nothing to do
-	Finish                // the session handed its end over (Watchdog.Finish)
-	OwnerGone             // the session's aisb is gone without a word
+	Stopped       Wake = iota // the session ended and left nothing to do
+	Finish                    // the session handed its end over (Watchdog.Finish)
+	RemoveSandbox             // the session left its exited sandbox to remove (Watchdog.RemoveSandbox)
+	OwnerGone                 // the session's aisb is gone without a word
 )
 
 // Wait is the watchdog's loop, reading what aisb says on in (the
@@ -132,6 +145,8 @@ func wakeFor(msg string) (Wake, bool) {
 	switch msg {
 	case msgFinish:
 		return Finish, true
+	case msgRemove:
+		return RemoveSandbox, true
 	case msgStop:
 		return Stopped, true
 	}

@@ -19,6 +19,9 @@ func TestWait(t *testing.T) {
 	if w := Wait(strings.NewReader("stop\n"), alive); w != Stopped {
 		t.Errorf("stop: %v", w)
 	}
+	if w := Wait(strings.NewReader("remove\n"), alive); w != RemoveSandbox {
+		t.Errorf("remove: %v", w)
+	}
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/system"
 	"github.com/containers/podman/v5/pkg/bindings/volumes"
 	entitiesTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
@@ -230,15 +232,44 @@ func List(c *engine.Conn, recordDir string) ([]Volume, error) {
 }
 
 // Remove deletes a state volume and aisb's record of it. A volume in use
-// by a running sandbox is not removed.
+// by a sandbox that has not exited is not removed; the exited sandbox of a
+// session that just ended, which its watchdog removes moments later, is
+// removed first.
 func Remove(c *engine.Conn, recordDir, name string) error {
 	if _, err := inspect(c, name); err != nil {
+		return err
+	}
+	if err := removeExited(c, name); err != nil {
 		return err
 	}
 	if err := volumes.Remove(c.Ctx, name, nil); err != nil {
 		return fmt.Errorf("remove state volume %s: %w", name, err)
 	}
 	return removeRecord(recordDir, name)
+}
+
+// removeExited removes aisb's exited sandboxes that mount the volume name,
+// and refuses when one has not exited (it runs, or is about to).
+func removeExited(c *engine.Conn, name string) error {
+	list, err := containers.List(c.Ctx, new(containers.ListOptions).WithAll(true).
+		WithFilters(map[string][]string{"volume": {name}, "label": {engine.LabelKind + "=sandbox"}}))
+	if err != nil {
+		return fmt.Errorf("remove state volume %s: list its sandboxes: %w", name, err)
+	}
+	for _, ctr := range list {
+		if len(ctr.Names) == 0 {
+			continue
+		}
+		switch ctr.State {
+		case define.ContainerStateExited.String(), define.ContainerStateStopped.String():
+			if err := engine.Remove(c, ctr.Names[0]); err != nil {
+				return fmt.Errorf("remove state volume %s: %w", name, err)
+			}
+		default:
+			return fmt.Errorf("remove state volume %s: the sandbox %s uses it (%s); end its session first", name, ctr.Names[0], ctr.State)
+		}
+	}
+	return nil
 }
 
 // Export writes the volume's content as a tar to w; img as for Ensure.

@@ -185,6 +185,8 @@ func watchdogCommand(e *appEnv) *cli.Command {
 			switch reaper.Wait(c.App.Reader, c.String("owner")) {
 			case reaper.Finish:
 				return session.Finish(context.Background(), e.where, e.paths, s, e.logf)
+			case reaper.RemoveSandbox:
+				return reaper.Remove(e.where, []string{sandbox.ContainerName(s)})
 			case reaper.OwnerGone:
 				if session.HandedOff(e.paths, s) {
 					return session.Finish(context.Background(), e.where, e.paths, s, e.logf)
