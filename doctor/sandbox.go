@@ -64,14 +64,17 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 		return
 	}
 	defer os.RemoveAll(dir)
-	policyFile := filepath.Join(dir, "policy.json")
+	policyDir := filepath.Join(dir, "policy")
 	p := contract.Policy{Version: contract.PolicyVersion, Mode: contract.ModeAllow, Gate: &contract.Endpoint{Addr: netip.MustParseAddr(mapped), Port: uint16(targets.gate)}}
 	b, err := p.Marshal()
 	if err == nil {
 		err = os.Chmod(dir, 0o755)
 	}
 	if err == nil {
-		err = os.WriteFile(policyFile, b, 0o644)
+		err = os.Mkdir(policyDir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(policyDir, contract.PolicyFile), b, 0o644)
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "probe.sh"), []byte(script+
@@ -84,7 +87,7 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 
 	// The control: the same probes from a plain container on the same
 	// helper, as root with NET_RAW, reach every target.
-	ctl, err := runScript(c, o, img, helper, dir, policyFile, true, nil)
+	ctl, err := runScript(c, o, img, helper, dir, policyDir, true, nil)
 	if err != nil {
 		r.add("control", Fail, "%v", err)
 		return
@@ -97,7 +100,7 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 	}
 	r.add("control", Pass, "without the sandbox a container reaches the gate, another host-loopback port, UDP and raw sockets")
 
-	got, err := runScript(c, o, img, helper, dir, policyFile, false, nil)
+	got, err := runScript(c, o, img, helper, dir, policyDir, false, nil)
 	if err != nil {
 		r.add("sandbox", Fail, "%v", err)
 		return
@@ -124,7 +127,7 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 
 	// Without NET_ADMIN the entrypoint cannot lock the namespace: 77, and
 	// the command never runs.
-	noAdmin, err := runScript(c, o, img, helper, dir, policyFile, false, []string{"SETUID", "SETGID", "SETPCAP"})
+	noAdmin, err := runScript(c, o, img, helper, dir, policyDir, false, []string{"SETUID", "SETGID", "SETPCAP"})
 	switch {
 	case err != nil:
 		r.add("fails closed", Fail, "%v", err)
@@ -138,11 +141,11 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 // runScript runs probe.sh in the sandbox image, either plainly (control) or
 // through the entrypoint with caps (nil: the entrypoint's usual four), and
 // parses KEY=VALUE and "Key: value" lines, plus exit.
-func runScript(c *engine.Conn, do Options, img, helper, dir, policyFile string, plain bool, caps []string) (map[string]string, error) {
+func runScript(c *engine.Conn, do Options, img, helper, dir, policyDir string, plain bool, caps []string) (map[string]string, error) {
 	var out, errb bytes.Buffer
 	o := sandbox.Options{
 		Session: "doctor-" + state.NewSessionID(), Image: img, ProjectDir: dir, Command: []string{"sh", "/project/probe.sh"},
-		Mode: contract.ModeAllow, Helper: helper, PolicyFile: policyFile, CapAdd: caps, Owner: state.Owner(), Logf: do.Logf,
+		Mode: contract.ModeAllow, Helper: helper, PolicyDir: policyDir, CapAdd: caps, Owner: state.Owner(), Logf: do.Logf,
 		Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &errb,
 	}
 	if plain {

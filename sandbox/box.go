@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -35,8 +36,13 @@ type Box struct {
 	cancel   context.CancelFunc
 	attached chan error
 	removed  bool
+	released bool
 	reader   *statusReader // nil: the entrypoint's status by archive copy
-	status   *statusPlan   // once started
+	status   *statusPlan   // once started: see plan
+	planned  chan *statusPlan
+	// stopSignals ends the forwarding of aisb's signals to the sandbox,
+	// which Start began.
+	stopSignals func()
 }
 
 // Create creates the sandbox, hands it its files and attaches to it. Remove
@@ -56,7 +62,7 @@ func Create(c *engine.Conn, o Options) (*Box, error) {
 	}
 	trace("sandbox created")
 	ctx, cancel := context.WithCancel(c.Ctx)
-	b := &Box{c: c, o: o, name: s.Name, trace: trace, cancel: cancel, attached: make(chan error, 1)}
+	b := &Box{c: c, o: o, name: s.Name, trace: trace, cancel: cancel, attached: make(chan error, 1), stopSignals: func() {}}
 	// Before the agent runs: what reads its status afterwards must not be
 	// a file it could change (upper.go).
 	if !o.Plain {
@@ -110,21 +116,48 @@ func (b *Box) Remove() {
 		return
 	}
 	b.removed = true
-	b.cancel()
-	b.status.cancel()
-	b.reader.close()
+	b.release()
 	if err := engine.Remove(b.c, b.name); err != nil {
 		b.o.Logf("%v", err)
 	}
 	b.trace("sandbox removed")
 }
 
+// Leave lets go of the exited sandbox without removing it: the session's
+// watchdog removes it (session.Finish). Remove still can.
+func (b *Box) Leave() {
+	b.release()
+	b.trace("sandbox left for the watchdog to remove")
+}
+
+// release ends what aisb runs for the sandbox: the forwarding of signals,
+// the attach, the status reader.
+func (b *Box) release() {
+	if b.released {
+		return
+	}
+	b.released = true
+	b.stopSignals()
+	b.cancel()
+	b.plan().cancel()
+	b.reader.close()
+}
+
 // Run starts the created sandbox, waits for it to exit and reads the
 // entrypoint's own status.
 func (b *Box) Run() (Exit, error) {
+	if err := b.Start(); err != nil {
+		return Exit{}, err
+	}
+	return b.Wait()
+}
+
+// Start starts the created sandbox; from now on signals to aisb go to it.
+// Wait waits for its end.
+func (b *Box) Start() error {
 	c, o := b.c, b.o
 	if err := containers.Start(c.Ctx, b.name, nil); err != nil {
-		return Exit{}, fmt.Errorf("start sandbox: %w", err)
+		return fmt.Errorf("start sandbox: %w", err)
 	}
 	b.trace("sandbox started")
 	// Signals to aisb go to the agent, which ends the session the normal
@@ -136,7 +169,7 @@ func (b *Box) Run() (Exit, error) {
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forward...)
-	defer signal.Stop(sigs)
+	b.stopSignals = func() { signal.Stop(sigs) }
 	go func() {
 		for sig := range sigs {
 			if err := containers.Kill(c.Ctx, b.name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal))))); err != nil {
@@ -146,19 +179,67 @@ func (b *Box) Run() (Exit, error) {
 	}()
 	if !o.Plain {
 		// The status reader starts while the agent runs, so that reading
-		// the status after the exit costs no process start.
-		b.status = planStatus(c, b.name, b.reader)
+		// the status after the exit costs no process start; it is planned
+		// beside the rest of the start (the gate's readiness), and Wait
+		// takes the plan.
+		b.planned = make(chan *statusPlan, 1)
+		go func() { b.planned <- planStatus(c, b.name, b.reader) }()
 	}
-	code, err := containers.Wait(c.Ctx, b.name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+	return nil
+}
+
+// plan is the status plan once Start's planning ended; nil without one.
+func (b *Box) plan() *statusPlan {
+	if b.planned != nil {
+		b.status = <-b.planned
+		b.planned = nil
+	}
+	return b.status
+}
+
+// exitSeen bounds how long Podman may take to say that a sandbox whose
+// attach has ended has exited, before exitCode asks it to wait instead.
+const exitSeen = 100 * time.Millisecond
+
+// exitCode is the exited sandbox's exit status. Podman's wait returns only
+// once conmon has exited, which it does after it has run Podman's cleanup
+// of the container (a process of its own: ~40 ms here); the status is
+// known before that, from the exit file conmon writes first, which an
+// inspect reads. So once the attach ended (attached), the sandbox is
+// inspected until it no longer runs; it is waited for as before when the
+// attach failed, or when it still runs after exitSeen (a command that closed
+// its output, say, and runs on).
+func (b *Box) exitCode(attached bool) (int32, error) {
+	c := b.c
+	for deadline := time.Now().Add(exitSeen); attached && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		data, err := containers.Inspect(c.Ctx, b.name, nil)
+		if err != nil || data.State == nil {
+			break
+		}
+		switch data.State.Status {
+		case define.ContainerStateExited.String(), define.ContainerStateStopped.String():
+			return data.State.ExitCode, nil
+		}
+	}
+	return containers.Wait(c.Ctx, b.name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+}
+
+// Wait waits for the started sandbox to exit and reads the entrypoint's own
+// status.
+func (b *Box) Wait() (Exit, error) {
+	c, o := b.c, b.o
+	defer b.stopSignals()
+	// The output drains first: conmon ends the attach once the sandbox's
+	// process has exited.
+	attachErr := <-b.attached
+	code, err := b.exitCode(attachErr == nil)
 	if err != nil {
 		return Exit{}, fmt.Errorf("wait for sandbox: %w", err)
 	}
-	// Let the output drain before the container goes away.
-	<-b.attached
 	b.trace("sandbox exited")
 	e := Exit{Code: int(code)}
 	if !o.Plain {
-		e.Status, e.StatusFrom, e.StatusErr = b.status.read(c)
+		e.Status, e.StatusFrom, e.StatusErr = b.plan().read(c)
 		b.trace("entrypoint's status read from " + e.StatusFrom)
 	}
 	return e, nil

@@ -64,7 +64,7 @@ type Options struct {
 	Command    []string
 	Mode       contract.Mode
 	Helper     string          // pasta or slirp4netns
-	PolicyFile string          // the session policy on the host, mounted read-only
+	PolicyDir  string          // holds the session policy (contract.PolicyFile) on the host; mounted read-only at contract.PolicyDir
 	Files      []File          // handed in through the API before the sandbox starts
 	AgentSock  string          // the user's ssh-agent socket, forwarded when set (--ssh-agent)
 	GitDirs    []gitdirs.Mount // git directories a worktree's .git file points to
@@ -81,9 +81,12 @@ type Options struct {
 	Rlimits    []Rlimit
 	Volumes    []*specgen.NamedVolume // the harness's state volume (statevol)
 	Owner      string
-	Overlay    *Overlay                         // review mode: the project copy-on-write; nil: bind-mounted read-write
-	Logf       func(format string, args ...any) // aisb's messages (stderr)
-	Trace      func(phase string)               // phase timings ($AISB_TRACE); nil: none
+	// Finisher is the session's watchdog ("PID:STARTTIME"), which may
+	// remove the exited sandbox after its owner exits (engine.LabelFinisher).
+	Finisher string
+	Overlay  *Overlay                         // review mode: the project copy-on-write; nil: bind-mounted read-write
+	Logf     func(format string, args ...any) // aisb's messages (stderr)
+	Trace    func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its
 	// subcommand, which calls ReadUpperStatus); nil: the archive copy only.
 	StatusReader []string
@@ -142,7 +145,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 		projectOpts = append(projectOpts, "z")
 	}
 	s.Mounts = []spec.Mount{
-		{Type: "bind", Source: o.PolicyFile, Destination: contract.PolicyPath, Options: []string{"ro"}},
+		{Type: "bind", Source: o.PolicyDir, Destination: contract.PolicyDir, Options: []string{"ro"}},
 	}
 	if o.Overlay != nil {
 		s.OverlayVolumes = []*specgen.OverlayVolume{o.Overlay.volume(o.ProjectDir)}
@@ -172,6 +175,9 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	s.Terminal = ptr(o.Terminal)
 	s.Stdin = ptr(true)
 	s.Labels = map[string]string{engine.LabelKind: "sandbox", engine.LabelSession: o.Session, engine.LabelOwner: o.Owner}
+	if o.Finisher != "" {
+		s.Labels[engine.LabelFinisher] = o.Finisher
+	}
 	if o.PidsLimit > 0 || o.Memory > 0 || o.CPUs > 0 {
 		s.ResourceLimits = &spec.LinuxResources{}
 		if o.PidsLimit > 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/reaper"
 	"github.com/aisb-dev/aisb/sandbox"
 )
 
@@ -69,4 +70,40 @@ func (o Options) builds() image.Output {
 		b = image.Output{W: o.Stderr}
 	}
 	return b
+}
+
+// podmanPrep is what Podman does for a session before it creates anything:
+// the network helper's detection, the images' check (and builds) and the
+// sweep of dead sessions' containers, all in the background.
+type podmanPrep struct {
+	done   chan struct{}
+	helper string
+	imgs   images
+	err    error
+}
+
+// preparePodman starts the session's Podman preparations; wait returns
+// their results (and may be called again: a deferred call makes sure
+// nothing still uses the connection when the session returns early).
+func preparePodman(c *engine.Conn, o Options, specs func() ([]image.Hashed, error)) *podmanPrep {
+	p := &podmanPrep{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		reaped := make(chan struct{})
+		go func() {
+			reaper.Reap(c, o.Logf)
+			close(reaped)
+		}()
+		p.helper, p.err = sandbox.Helper(c, o.Helper)
+		if p.err == nil {
+			p.imgs, p.err = ensureImages(c, o, specs)
+		}
+		<-reaped
+	}()
+	return p
+}
+
+func (p *podmanPrep) wait() (helper string, imgs images, err error) {
+	<-p.done
+	return p.helper, p.imgs, p.err
 }

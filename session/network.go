@@ -20,14 +20,17 @@ import (
 // network is what a session's mode set up: the session policy on disk, the
 // pins for no-gate mode, and how to take the gate down.
 type network struct {
-	policyFile string
-	hostAdd    []string
-	gatePort   int // on the host's loopback, in allow mode
+	policyDir string // the session policy's directory, the sandbox's /etc/aisb
+	hostAdd   []string
+	gatePort  int // on the host's loopback, in allow mode
 	// ready returns once the network carries the sandbox's first request:
 	// in allow mode, once the gate is ready (both its ports listen and squid
 	// has found its TLS port up).
 	ready func() error
-	close func(trace func(string))
+	// awaited says that the entrypoint waits for the word that the gate is
+	// ready (tellGateReady) before it execs the command.
+	awaited bool
+	close   func(trace func(string))
 	// handedOff says, after close, that the session's watchdog finishes
 	// the gate: it removes the gate's secrets, not aisb.
 	handedOff bool
@@ -95,6 +98,10 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		port := g.Port
 		n.gatePort = port
 		p.Gate = &contract.Endpoint{Addr: mapped, Port: uint16(port)}
+		// The sandbox starts while its own gate still starts; the
+		// entrypoint execs the command only once ready has told it.
+		p.AwaitGate = o.GateName == ""
+		n.awaited = p.AwaitGate
 		if g.CACert != nil {
 			// The sandbox trusts the gate for the credential hosts.
 			p.SessionCA = string(g.CACert)
@@ -117,10 +124,15 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 			p.HostPorts = append(p.HostPorts, contract.Endpoint{Addr: mapped, Port: uint16(port)})
 		}
 	}
+	// The directory is the sandbox's /etc/aisb, read-only there; its root
+	// (a subordinate uid) reads it before the privilege drop, without
+	// CAP_DAC_OVERRIDE, so both are readable by all whatever the user's
+	// umask (the session directory around them is the user's alone), and
+	// the entrypoint looks for the gate's word in it after the drop.
 	b, err := p.Marshal()
 	if err == nil {
-		n.policyFile = filepath.Join(dir, "policy.json")
-		err = os.WriteFile(n.policyFile, b, 0o644)
+		n.policyDir = filepath.Join(dir, "policy")
+		err = writeReadable(n.policyDir, contract.PolicyFile, b)
 	}
 	if err != nil {
 		n.close(func(string) {})
@@ -130,6 +142,35 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		o.Logf("WARNING: --allow-unenforced: if the network table cannot be installed or verified, the sandbox runs without it")
 	}
 	return n, nil
+}
+
+// writeReadable creates the directory dir and in it the file name holding
+// b, both readable by all (0755, 0644) whatever the umask.
+func writeReadable(dir, name string, b []byte) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	f := filepath.Join(dir, name)
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		return err
+	}
+	return os.Chmod(f, 0o644)
+}
+
+// tellGateReady creates the entrypoint's word that the gate is ready
+// (contract.GateReadyFile) in the policy's directory.
+func tellGateReady(policyDir string) error {
+	f, err := os.OpenFile(filepath.Join(policyDir, contract.GateReadyFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("tell the sandbox its gate is ready: %w", err)
+	}
+	return nil
 }
 
 // gateDir is the gate's directory within the session directory dir.

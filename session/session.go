@@ -103,24 +103,11 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	defer c.Close()
 	trace("connected to podman (" + c.How() + ")")
-	// The sweep for what dead sessions left runs while the images are
-	// checked, and ends before this session creates anything.
-	reaped := make(chan struct{})
-	go func() {
-		reaper.Reap(c, o.Logf)
-		close(reaped)
-	}()
-	var imgs images
-	helper, err := sandbox.Helper(c, o.Helper)
-	if err == nil {
-		imgs, err = ensureImages(c, o, specs)
-	}
-	<-reaped
-	if err != nil {
-		return 0, err
-	}
-	img := imgs.sandbox
-	trace("images ready, reaped")
+	// Podman checks the images, and the sweep for what dead sessions left
+	// runs, while the session's directory, watchdog and steering are set
+	// up; both end before this session creates anything.
+	podman := preparePodman(c, o, specs)
+	defer podman.wait()
 	if err := sockets(); err != nil {
 		return 0, err
 	}
@@ -165,6 +152,12 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	defer st.stop()
 	trace("steering ready (with a gate: its audit, the live server)")
+	helper, imgs, err := podman.wait()
+	if err != nil {
+		return 0, err
+	}
+	img := imgs.sandbox
+	trace("images ready, reaped")
 	var overlay *sandbox.Overlay
 	if o.Review {
 		rv, err := review.Begin(dir, review.Meta{Session: id, Project: o.ProjectDir, Owner: owner, Image: img})
@@ -179,7 +172,22 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer net.close(trace)
+	// The exited sandbox is left to the session's watchdog to remove
+	// (leave), with the gate when the watchdog takes that over, alone
+	// otherwise: Podman's cleanup of it, which it runs once the sandbox's
+	// process has exited, then runs off the user's path too. Should the
+	// watchdog not hear of it, aisb removes it.
+	var box *sandbox.Box
+	leave := false
+	defer func() {
+		net.close(trace)
+		if leave && !net.handedOff {
+			if err := wd.RemoveSandbox(); err != nil {
+				o.Logf("%v", err)
+				box.Remove()
+			}
+		}
+	}()
 	trace("network set up")
 	vols, closeState, err := openState(c, o, h, img, env)
 	if err != nil {
@@ -188,30 +196,49 @@ func Run(ctx context.Context, o Options) (int, error) {
 	defer func() { closeState(); trace("state recorded") }()
 	trace("state volume ready")
 
-	// The sandbox is created while its gate starts (the policy already
-	// names the gate's port), and started only once the gate is ready (both
-	// ports listen and squid has found its TLS port up): the agent's very
-	// first request, HTTP or HTTPS, finds it. The gate's create has returned:
-	// creates never overlap (engine.Create).
-	box, err := sandbox.Create(c, sandbox.Options{
+	// The sandbox is created and started while its gate starts (the policy
+	// already names the gate's port): its entrypoint installs the table and
+	// drops every privilege meanwhile, then waits for aisb's word that the
+	// gate is ready (both ports listen and squid has found its TLS port up)
+	// before it execs the command, so that the agent's very first request,
+	// HTTP or HTTPS, finds it. The gate's create has returned: creates never
+	// overlap (engine.Create).
+	box, err = sandbox.Create(c, sandbox.Options{
 		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
-		Mode: cfg.Network.Mode, Helper: helper, PolicyFile: net.policyFile, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
+		Mode: cfg.Network.Mode, Helper: helper, PolicyDir: net.policyDir, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
-		Volumes: vols, Owner: owner, Overlay: overlay, StatusReader: o.StatusReader, Logf: o.Logf, Trace: trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+		Volumes: vols, Owner: owner, Finisher: wd.Owner(), Overlay: overlay, StatusReader: o.StatusReader, Logf: o.Logf, Trace: trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err == nil {
-		defer box.Remove()
+		defer func() {
+			if leave {
+				box.Leave()
+			} else {
+				box.Remove()
+			}
+		}()
+		err = box.Start()
+	}
+	if err == nil {
 		err = net.ready()
 	}
 	if err == nil {
-		// Listed in aisb ps, and steerable, once its gate is ready.
+		// Listed in aisb ps, and steerable, once its gate is ready and
+		// before the agent runs.
 		err = st.publish(net.gatePort)
+	}
+	if err == nil && net.awaited {
+		err = tellGateReady(net.policyDir)
+		trace("entrypoint told the gate is ready")
 	}
 	var exit sandbox.Exit
 	if err == nil {
 		trace("network ready")
-		exit, err = box.Run()
+		exit, err = box.Wait()
+		// In review mode the overlay is scrubbed once the sandbox is gone
+		// (endReview): aisb removes it itself.
+		leave = err == nil && wd != nil && overlay == nil
 	}
 	if err != nil && !c.Alive() {
 		return 0, recoverService(ctx, c, o, id, err)

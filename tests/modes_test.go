@@ -152,10 +152,20 @@ func TestLimits(t *testing.T) {
 	}
 }
 
+// TestExitStatus: the command's exit status is aisb's, in each network
+// mode; also when the command closes its output and runs on (aisb takes the
+// attach's end for the exit, and checks: sandbox/box.go).
 func TestExitStatus(t *testing.T) {
-	a := newAisb(t, testBaseImage(t), "")
-	if r := a.run(t, "run", "--harness", "shell", "--", "sh", "-c", "exit 3"); r.Code != 3 {
-		t.Errorf("exit status %d, want 3", r.Code)
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	for _, mode := range []string{"none", "allow"} {
+		if r := a.run(t, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c", "exit 3"); r.Code != 3 {
+			t.Errorf("--net %s: exit status %d, want 3", mode, r.Code)
+		}
+		start := time.Now()
+		r := a.run(t, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c", "echo closing; exec >&- 2>&- </dev/null; sleep 1; exit 4")
+		if r.Code != 4 || !strings.Contains(r.Stdout, "closing") || time.Since(start) < time.Second {
+			t.Errorf("--net %s: a command that closed its output and ran on for 1 s: %s (after %s)", mode, r, time.Since(start))
+		}
 	}
 	if r := a.run(t, "run", "--harness", "shell", "--", "no-such-command"); r.Code != 127 || !strings.Contains(r.Stderr, "exec no-such-command") {
 		t.Errorf("missing command: %s", r)

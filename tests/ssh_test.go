@@ -192,7 +192,7 @@ awk '{print "MOUNT " $5}' /proc/self/mountinfo | grep -Ev '^MOUNT (/|/proc.*|/sy
 	if !slices.Equal(keyFiles, []string{"/project/decoy_key"}) {
 		t.Errorf("private keys in the sandbox: %q, want only the decoy placed in the project", keyFiles)
 	}
-	allowedMounts := []string{"/project", "/etc/aisb/policy.json", "/run/aisb-ssh-agent.sock", "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/run/.containerenv"}
+	allowedMounts := []string{"/project", "/etc/aisb", "/run/aisb-ssh-agent.sock", "/etc/resolv.conf", "/etc/hosts", "/etc/hostname", "/run/.containerenv"}
 	for _, m := range mounts {
 		if !slices.Contains(allowedMounts, m) {
 			t.Errorf("unexpected mount in the sandbox: %s (all: %q)", m, mounts)
