@@ -39,6 +39,10 @@ const GateReadyFile = "gate-ready"
 // on a gate far sooner (20 s) and removes the sandbox.
 const GateWait = 60 * time.Second
 
+// StepAwaitGate is the entrypoint's step (Status.Step) when it stopped
+// waiting for GateReadyFile: no word in time, or a signal meanwhile.
+const StepAwaitGate = "wait for the gate"
+
 // AgentUID and AgentGID are who the command runs as inside the sandbox.
 const (
 	AgentUID = 1000

@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"syscall"
@@ -185,7 +187,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	//    within the wait, and the command never runs.
 	if p.AwaitGate {
 		if err := awaitFile(filepath.Join(filepath.Dir(e.policyPath), contract.GateReadyFile), e.gateWait); err != nil {
-			return fail("wait for the gate", ExitEnforce, err)
+			return fail(contract.StepAwaitGate, ExitEnforce, err)
 		}
 	}
 
@@ -220,21 +222,31 @@ func (e *Entrypoint) enforce(p contract.Policy) error {
 }
 
 // awaitFile returns once path exists, looking every millisecond (a stat of
-// the read-only policy directory), or fails after wait.
+// the read-only policy directory), or fails after wait, or at SIGINT,
+// SIGTERM or SIGHUP meanwhile (aisb forwards its own to the sandbox, and
+// PID 1 would otherwise ignore them or die without a status).
 func awaitFile(path string, wait time.Duration) error {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Reset(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	deadline := time.Now().Add(wait)
-	var st syscall.Stat_t
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
-		err := syscall.Stat(path, &st)
+		_, err := os.Lstat(path)
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, syscall.ENOENT) {
+		if !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no word from aisb that the gate is ready (%s) within %s", path, wait)
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case sig := <-sigs:
+			return fmt.Errorf("%v while waiting for the gate", sig)
+		case <-tick.C:
+		}
 	}
 }

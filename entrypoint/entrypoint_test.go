@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,8 +295,8 @@ func TestFailsClosed(t *testing.T) {
 // the table and drops its privileges, then waits for aisb's word that the
 // gate is ready (contract.GateReadyFile beside the policy) before it execs
 // the command: without the word the command does not run, and after
-// --gate-wait it never does (77, step "wait for the gate"). The control:
-// the word given, the same command runs.
+// --gate-wait, or at a signal meanwhile, it never does (77, step "wait for
+// the gate"). The control: the word given, the same command runs.
 func TestWaitsForTheGate(t *testing.T) {
 	testhost.RequireRoot(t)
 	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
@@ -350,11 +351,29 @@ func TestWaitsForTheGate(t *testing.T) {
 	// No word at all: the command never runs.
 	dir, cmd, status = run("300ms")
 	r := testhost.Run(t, cmd)
-	if r.Code != contract.ExitEnforce || !strings.Contains(r.Stderr, "wait for the gate") || ran(dir) {
-		t.Errorf("without the word: want exit %d at \"wait for the gate\" and no command: %s (ran %t)", contract.ExitEnforce, r, ran(dir))
+	if r.Code != contract.ExitEnforce || !strings.Contains(r.Stderr, contract.StepAwaitGate) || ran(dir) {
+		t.Errorf("without the word: want exit %d at %q and no command: %s (ran %t)", contract.ExitEnforce, contract.StepAwaitGate, r, ran(dir))
 	}
-	if st := readStatus(t, status); st.Outcome != contract.OutcomeFailed || st.Step != "wait for the gate" {
-		t.Errorf("status %+v, want failed at wait for the gate", st)
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeFailed || st.Step != contract.StepAwaitGate {
+		t.Errorf("status %+v, want failed at %s", st, contract.StepAwaitGate)
+	}
+
+	// A signal while it waits (aisb forwards its own): the command never
+	// runs, and the entrypoint says why.
+	dir, cmd, status = run("20s")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != contract.ExitEnforce || !strings.Contains(stderr.String(), "terminated while waiting for the gate") || ran(dir) {
+		t.Errorf("SIGTERM while waiting: %v, stderr %q (ran %t)", err, stderr.String(), ran(dir))
+	}
+	if st := readStatus(t, status); st.Outcome != contract.OutcomeFailed || st.Step != contract.StepAwaitGate {
+		t.Errorf("status %+v, want failed at %s", st, contract.StepAwaitGate)
 	}
 }
 

@@ -27,6 +27,7 @@ type Watchdog struct {
 	w      *os.File
 	owner  string
 	closed bool
+	sayErr error // the first word's failure
 }
 
 // The messages on a watchdog's standard input.
@@ -76,9 +77,12 @@ func (w *Watchdog) RemoveSandbox() error { return w.say(msgRemove) }
 // nothing to finish; after Finish or RemoveSandbox it does nothing.
 func (w *Watchdog) Stop() { _ = w.say(msgStop) }
 
+// say says msg, the only word the watchdog hears; after that, say does
+// nothing, unless saying it failed: then the watchdog heard nothing (or
+// not for sure), and every later word fails too.
 func (w *Watchdog) say(msg string) error {
 	if w.closed {
-		return nil
+		return w.sayErr
 	}
 	w.closed = true
 	_, err := w.w.WriteString(msg + "\n")
@@ -86,9 +90,9 @@ func (w *Watchdog) say(msg string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("tell the session's watchdog to %s: %w", msg, err)
+		w.sayErr = fmt.Errorf("tell the session's watchdog to %s: %w", msg, err)
 	}
-	return nil
+	return w.sayErr
 }
 
 // Wake is why Wait returned.

@@ -218,19 +218,24 @@ func Run(ctx context.Context, o Options) (int, error) {
 				box.Remove()
 			}
 		}()
+		// Listed in aisb ps, and steerable, before the agent runs: at once
+		// where the command runs as the sandbox starts, once the gate is
+		// ready where the entrypoint waits for it.
+		if !net.awaited {
+			err = st.publish(net.gatePort)
+		}
+	}
+	if err == nil {
 		err = box.Start()
 	}
 	if err == nil {
 		err = net.ready()
 	}
-	if err == nil {
-		// Listed in aisb ps, and steerable, once its gate is ready and
-		// before the agent runs.
-		err = st.publish(net.gatePort)
-	}
 	if err == nil && net.awaited {
-		err = tellGateReady(net.policyDir)
-		trace("entrypoint told the gate is ready")
+		if err = st.publish(net.gatePort); err == nil {
+			err = tellGateReady(net.policyDir)
+			trace("entrypoint told the gate is ready")
+		}
 	}
 	var exit sandbox.Exit
 	if err == nil {
@@ -269,6 +274,8 @@ func endReview(c *engine.Conn, rv *review.Session, img, owner string, logf func(
 // "could not be enforced" comes only from the entrypoint's own status.
 func explainExit(e sandbox.Exit, logf func(string, ...any)) {
 	switch {
+	case e.Failed(contract.ExitEnforce) && e.Status.Step == contract.StepAwaitGate:
+		logf("exit %d: the command did not run: the sandbox stopped waiting for its gate to be ready (no word from aisb in time, or a signal)", e.Code)
 	case e.Failed(contract.ExitEnforce):
 		logf("exit %d: the sandbox could not be enforced (%s failed), so the command did not run; `aisb doctor` checks this host", e.Code, e.Status.Step)
 	case e.Failed(contract.ExitPolicy):

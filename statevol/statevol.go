@@ -26,6 +26,7 @@ import (
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/harness"
+	"github.com/aisb-dev/aisb/state"
 	"github.com/aisb-dev/aisb/termsafe"
 )
 
@@ -248,6 +249,10 @@ func Remove(c *engine.Conn, recordDir, name string) error {
 	return removeRecord(recordDir, name)
 }
 
+// ownerExit is how long removeExited waits for the aisb of an exited
+// sandbox to exit (it reads the sandbox's end, then returns at once).
+const ownerExit = 2 * time.Second
+
 // removeExited removes aisb's exited sandboxes that mount the volume name,
 // and refuses when one has not exited (it runs, or is about to).
 func removeExited(c *engine.Conn, name string) error {
@@ -262,6 +267,14 @@ func removeExited(c *engine.Conn, name string) error {
 		}
 		switch ctr.State {
 		case define.ContainerStateExited.String(), define.ContainerStateStopped.String():
+			// Its aisb may still be reading how it ended: a moment.
+			owner := ctr.Labels[engine.LabelOwner]
+			for deadline := time.Now().Add(ownerExit); owner != "" && state.OwnerAlive(owner) && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if owner != "" && state.OwnerAlive(owner) {
+				return fmt.Errorf("remove state volume %s: the session of %s is still ending; try again in a moment", name, ctr.Names[0])
+			}
 			if err := engine.Remove(c, ctr.Names[0]); err != nil {
 				return fmt.Errorf("remove state volume %s: %w", name, err)
 			}
