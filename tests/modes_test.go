@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -169,6 +170,28 @@ func TestExitStatus(t *testing.T) {
 	}
 	if r := a.run(t, "run", "--harness", "shell", "--", "no-such-command"); r.Code != 127 || !strings.Contains(r.Stderr, "exec no-such-command") {
 		t.Errorf("missing command: %s", r)
+	}
+}
+
+// TestRestrictiveUmask: a user whose umask is 077 gets a working sandbox:
+// the session policy aisb writes is readable by the sandbox's root (a
+// subordinate uid without CAP_DAC_OVERRIDE) whatever the umask. Before,
+// every such session ended 78 with "permission denied" on the policy.
+func TestRestrictiveUmask(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	for _, mode := range []string{"none", "allow"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		argv := a.command(t, ctx, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c", "echo ran")
+		cmd := testhost.UserCommand(ctx, append([]string{"sh", "-c", `umask 077 && echo "umask $(umask)" >&2 && exec "$@"`, "sh"}, argv...)...)
+		cmd.Dir = a.project
+		r := testhost.Run(t, cmd)
+		cancel()
+		if !strings.Contains(r.Stderr, "umask 0077") {
+			t.Fatalf("control: the umask was not 077: %s", r)
+		}
+		if r.Code != 0 || !strings.Contains(r.Stdout, "ran") {
+			t.Errorf("--net %s with umask 077: %s", mode, r)
+		}
 	}
 }
 
