@@ -189,6 +189,10 @@ func squidParses(r *Report, c *engine.Conn, o Options) {
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "squid.conf"), []byte(conf), 0o644)
 	}
+	if err == nil {
+		// Whatever the user's umask.
+		err = os.Chmod(filepath.Join(dir, "squid.conf"), 0o644)
+	}
 	if err != nil {
 		r.add("gate config", Fail, "%v", err)
 		return

@@ -70,15 +70,28 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 	if err == nil {
 		err = os.Chmod(dir, 0o755)
 	}
+	// The sandbox's root (a subordinate uid, no CAP_DAC_OVERRIDE) reads
+	// the policy: readable by all whatever the umask.
 	if err == nil {
 		err = os.Mkdir(policyDir, 0o755)
+	}
+	if err == nil {
+		err = os.Chmod(policyDir, 0o755)
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(policyDir, contract.PolicyFile), b, 0o644)
 	}
 	if err == nil {
+		err = os.Chmod(filepath.Join(policyDir, contract.PolicyFile), 0o644)
+	}
+	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "probe.sh"), []byte(script+
 			"aisb-entrypoint -- true >/dev/null 2>&1; echo reinstall=$?\ngrep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status\n"), 0o644)
+	}
+	if err == nil {
+		// The control runs it as the container's root: readable by all
+		// whatever the umask.
+		err = os.Chmod(filepath.Join(dir, "probe.sh"), 0o644)
 	}
 	if err != nil {
 		r.add("sandbox", Fail, "prepare the probe: %v", err)

@@ -201,18 +201,8 @@ func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
 		return "", false, fmt.Errorf("build %s: %w", s.Name, err)
 	}
 	defer os.RemoveAll(dir)
-	files := map[string][]byte{"Containerfile": s.Containerfile}
-	for n, b := range s.Files {
-		files[n] = b
-	}
-	for n, b := range files {
-		mode := os.FileMode(0o644)
-		if len(b) > 4 && string(b[1:4]) == "ELF" {
-			mode = 0o755
-		}
-		if err := os.WriteFile(filepath.Join(dir, n), b, mode); err != nil {
-			return "", false, fmt.Errorf("build %s: %w", s.Name, err)
-		}
+	if err := writeContext(dir, s); err != nil {
+		return "", false, fmt.Errorf("build %s: %w", s.Name, err)
 	}
 	args := map[string]string{"BASE_IMAGE": s.BaseImage}
 	for k, v := range s.Args {
@@ -240,6 +230,32 @@ func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
 		return "", false, fmt.Errorf("build %s: %w", tag, err)
 	}
 	return tag, true, nil
+}
+
+// writeContext writes the build context of s into dir: executables (ELF)
+// 0755, the rest 0644, whatever the user's umask. The image keeps these
+// modes (COPY), and its tag says nothing of them: under a umask of 077 the
+// sandbox's entrypoint came out 0700, which the agent could not run (as an
+// ssh ProxyCommand, say).
+func writeContext(dir string, s Spec) error {
+	files := map[string][]byte{"Containerfile": s.Containerfile}
+	for n, b := range s.Files {
+		files[n] = b
+	}
+	for n, b := range files {
+		mode := os.FileMode(0o644)
+		if len(b) > 4 && string(b[1:4]) == "ELF" {
+			mode = 0o755
+		}
+		p := filepath.Join(dir, n)
+		if err := os.WriteFile(p, b, mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lock takes an exclusive lock per image name in dir (the user's runtime

@@ -1,8 +1,10 @@
 package image
 
 import (
+	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 	"testing"
 )
 
@@ -72,4 +74,23 @@ func TestLockRefusesNoDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock()
+}
+
+// TestContextModesIgnoreUmask: the build context's modes are 0755 for an
+// executable and 0644 for the rest under a umask of 077 too (the image keeps
+// them; the tag does not say them).
+func TestContextModesIgnoreUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	s := Spec{Name: "aisb-x", Containerfile: []byte("FROM x"), Files: map[string][]byte{"tool": []byte("\x7fELF and more"), "data": []byte("text")}}
+	if err := writeContext(dir, s); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"Containerfile": 0o644, "tool": 0o755, "data": 0o644} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", name, fi.Mode().Perm(), err, want)
+		}
+	}
 }

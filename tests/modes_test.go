@@ -173,25 +173,36 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-// TestRestrictiveUmask: a user whose umask is 077 gets a working sandbox:
-// the session policy aisb writes is readable by the sandbox's root (a
-// subordinate uid without CAP_DAC_OVERRIDE) whatever the umask. Before,
-// every such session ended 78 with "permission denied" on the policy.
+// TestRestrictiveUmask: a user whose umask is 077 gets a working sandbox
+// and a passing doctor: the session policy aisb writes is readable by the
+// sandbox's root (a subordinate uid without CAP_DAC_OVERRIDE) whatever the
+// umask. Before, every such session ended 78 with "permission denied" on
+// the policy, and doctor failed its gate config and control checks. (The
+// image's build context, whose modes the image keeps, is the image
+// package's TestContextModesIgnoreUmask.)
 func TestRestrictiveUmask(t *testing.T) {
 	a := newAisb(t, testBaseImage(t), dnsConfig())
-	for _, mode := range []string{"none", "allow"} {
+	run := func(args ...string) testhost.Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		argv := a.command(t, ctx, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c", "echo ran")
+		defer cancel()
+		argv := a.command(t, ctx, args...)
 		cmd := testhost.UserCommand(ctx, append([]string{"sh", "-c", `umask 077 && echo "umask $(umask)" >&2 && exec "$@"`, "sh"}, argv...)...)
 		cmd.Dir = a.project
 		r := testhost.Run(t, cmd)
-		cancel()
 		if !strings.Contains(r.Stderr, "umask 0077") {
 			t.Fatalf("control: the umask was not 077: %s", r)
 		}
-		if r.Code != 0 || !strings.Contains(r.Stdout, "ran") {
+		return r
+	}
+	for _, mode := range []string{"none", "allow"} {
+		if r := run("run", "--net", mode, "--harness", "shell", "--", "sh", "-c", "echo ran"); r.Code != 0 || !strings.Contains(r.Stdout, "ran") {
 			t.Errorf("--net %s with umask 077: %s", mode, r)
 		}
+	}
+	// aisb doctor's own probes (its squid.conf, its probe script, its
+	// policy) are read inside containers by other uids too.
+	if r := run("doctor"); r.Code != 0 {
+		t.Errorf("aisb doctor with umask 077: %s", r)
 	}
 }
 
