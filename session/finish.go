@@ -90,8 +90,8 @@ func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, 
 // Finish is the watchdog's end of session id after aisb handed it over:
 // the audit is completed and squid killed, the gate's secrets (its
 // squid.conf with the credentials' values, the session CA's key) removed,
-// the audit marked complete, then the gate (and the sandbox, should it
-// remain) removed. What fails is recorded where `aisb audit` finds it.
+// the audit marked complete, then the gate (and the exited sandbox, which aisb
+// leaves to the watchdog) removed. What fails is recorded where `aisb audit` finds it.
 func Finish(ctx context.Context, where engine.Where, paths state.Paths, id string, logf func(string, ...any)) error {
 	auditDir := paths.AuditDir()
 	dir := paths.SessionDir(id)
