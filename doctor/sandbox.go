@@ -66,23 +66,9 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 	defer os.RemoveAll(dir)
 	policyDir := filepath.Join(dir, "policy")
 	p := contract.Policy{Version: contract.PolicyVersion, Mode: contract.ModeAllow, Gate: &contract.Endpoint{Addr: netip.MustParseAddr(mapped), Port: uint16(targets.gate)}}
-	b, err := p.Marshal()
+	err = os.Chmod(dir, 0o755)
 	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
-	// The sandbox's root (a subordinate uid, no CAP_DAC_OVERRIDE) reads
-	// the policy: readable by all whatever the umask.
-	if err == nil {
-		err = os.Mkdir(policyDir, 0o755)
-	}
-	if err == nil {
-		err = os.Chmod(policyDir, 0o755)
-	}
-	if err == nil {
-		err = os.WriteFile(filepath.Join(policyDir, contract.PolicyFile), b, 0o644)
-	}
-	if err == nil {
-		err = os.Chmod(filepath.Join(policyDir, contract.PolicyFile), 0o644)
+		err = sandbox.WritePolicy(policyDir, p)
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, "probe.sh"), []byte(script+

@@ -221,7 +221,14 @@ func (b *Box) exitCode(attached bool) (int32, error) {
 			return data.State.ExitCode, nil
 		}
 	}
-	return containers.Wait(c.Ctx, b.name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+	return waitExited(c, b.name)
+}
+
+// waitExited waits until Podman has the sandbox exited (or stopped: exited,
+// its cleanup not yet done) and returns its exit status. It returns once
+// Podman's cleanup of the container has run (conmon has exited).
+func waitExited(c *engine.Conn, name string) (int32, error) {
+	return containers.Wait(c.Ctx, name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
 }
 
 // Wait waits for the started sandbox to exit and reads the entrypoint's own

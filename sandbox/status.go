@@ -87,8 +87,7 @@ func (p *statusPlan) read(c *engine.Conn) (s contract.Status, from string, err e
 	// (Box.exitCode), holds the container's lock, and a copy made while it
 	// runs can come back empty: the copy waits for it (Podman's wait
 	// returns once it is done), and inspects the container again.
-	_, err = containers.Wait(c.Ctx, p.name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
-	if err != nil {
+	if _, err := waitExited(c, p.name); err != nil {
 		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
 	}
 	data, err := containers.Inspect(c.Ctx, p.name, nil)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -28,7 +27,7 @@ type network struct {
 	// has found its TLS port up).
 	ready func() error
 	// awaited says that the entrypoint waits for the word that the gate is
-	// ready (tellGateReady) before it execs the command.
+	// ready (sandbox.TellGateReady) before it execs the command.
 	awaited bool
 	close   func(trace func(string))
 	// handedOff says, after close, that the session's watchdog finishes
@@ -124,17 +123,10 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 			p.HostPorts = append(p.HostPorts, contract.Endpoint{Addr: mapped, Port: uint16(port)})
 		}
 	}
-	// The directory is the sandbox's /etc/aisb, read-only there; its root
-	// (a subordinate uid) reads it before the privilege drop, without
-	// CAP_DAC_OVERRIDE, so both are readable by all whatever the user's
-	// umask (the session directory around them is the user's alone), and
-	// the entrypoint looks for the gate's word in it after the drop.
-	b, err := p.Marshal()
-	if err == nil {
-		n.policyDir = filepath.Join(dir, "policy")
-		err = writeReadable(n.policyDir, contract.PolicyFile, b)
-	}
-	if err != nil {
+	// The sandbox's /etc/aisb, where the entrypoint also looks for the
+	// gate's word (sandbox.TellGateReady).
+	n.policyDir = filepath.Join(dir, "policy")
+	if err := sandbox.WritePolicy(n.policyDir, p); err != nil {
 		n.close(func(string) {})
 		return nil, fmt.Errorf("session policy: %w", err)
 	}
@@ -142,35 +134,6 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		o.Logf("WARNING: --allow-unenforced: if the network table cannot be installed or verified, the sandbox runs without it")
 	}
 	return n, nil
-}
-
-// writeReadable creates the directory dir and in it the file name holding
-// b, both readable by all (0755, 0644) whatever the umask.
-func writeReadable(dir, name string, b []byte) error {
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return err
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
-	}
-	f := filepath.Join(dir, name)
-	if err := os.WriteFile(f, b, 0o644); err != nil {
-		return err
-	}
-	return os.Chmod(f, 0o644)
-}
-
-// tellGateReady creates the entrypoint's word that the gate is ready
-// (contract.GateReadyFile) in the policy's directory.
-func tellGateReady(policyDir string) error {
-	f, err := os.OpenFile(filepath.Join(policyDir, contract.GateReadyFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err == nil {
-		err = f.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("tell the sandbox its gate is ready: %w", err)
-	}
-	return nil
 }
 
 // gateDir is the gate's directory within the session directory dir.

@@ -233,7 +233,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	if err == nil && net.awaited {
 		if err = st.publish(net.gatePort); err == nil {
-			err = tellGateReady(net.policyDir)
+			err = sandbox.TellGateReady(net.policyDir)
 			trace("entrypoint told the gate is ready")
 		}
 	}
