@@ -119,6 +119,24 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 	return c, nil
 }
 
+// SameUser reports whether the service is a Podman of this process's own
+// non-root user on this host (a unix socket this uid owns): the host uid its
+// rootless containers' users map to is then this process's, and so is the
+// network a container with the host's network shares. A remote or another
+// user's service (the tests' root process using the test user's) is not.
+func (c *Conn) SameUser() bool {
+	sock, ok := strings.CutPrefix(c.URI, "unix://")
+	if !ok || os.Geteuid() == 0 {
+		return false
+	}
+	fi, err := os.Stat(sock)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
+}
+
 func listening(sock string) bool {
 	conn, err := net.DialTimeout("unix", sock, time.Second)
 	if err != nil {

@@ -86,6 +86,8 @@ type Gate struct {
 	// Squid is squid's host process as "PID:STARTTIME" once Open saw it
 	// ready, so that it can be killed without asking Podman (KillSquid).
 	Squid string
+
+	hold *portHold // the TLS port, held by aisb until squid has checked it (hold.go)
 }
 
 // ContainerName is the gate container's name for a session.
@@ -127,13 +129,34 @@ func Create(c *engine.Conn, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
+	// The TLS port first: held, it cannot be the front's port too. Only a
+	// Podman of this uid runs squid as this uid, in this network (hold.go).
+	var hold *portHold
+	var tlsPort int
+	if c.SameUser() {
+		hold, tlsPort, err = holdPort()
+	} else {
+		tlsPort, err = freePort()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start gate: find a free port: %w", err)
+	}
+	g, err := create(c, o, host, hold, tlsPort)
+	if err != nil {
+		hold.release()
+		return nil, err
+	}
+	return g, nil
+}
+
+// create is Create once the TLS port is chosen (and held, where it can be).
+func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPort int) (*Gate, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
 	}
-	tlsPort, err := freePort()
-	for err == nil && tlsPort == port {
-		tlsPort, err = freePort()
+	for err == nil && port == tlsPort {
+		port, err = freePort()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
@@ -161,7 +184,7 @@ func Create(c *engine.Conn, o Options) (*Gate, error) {
 	if err := writePrivate(filepath.Join(o.Dir, "squid.conf"), []byte(conf)); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
-	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, TLSPort: tlsPort, Dir: o.Dir}
+	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, TLSPort: tlsPort, Dir: o.Dir, hold: hold}
 	if len(o.Credentials) > 0 {
 		g.CACert = caCert
 	}
@@ -210,6 +233,7 @@ func Create(c *engine.Conn, o Options) (*Gate, error) {
 // Open starts the created gate and returns once squid listens on its port.
 // On failure the gate is removed.
 func (g *Gate) Open(c *engine.Conn) error {
+	defer g.hold.release()
 	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {
 		return errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
 	}
@@ -224,17 +248,20 @@ func ptr[T any](v T) *T { return &v }
 // waitReady waits until squid listens on both ports (its pid file appears
 // before the listeners) and has found its TLS port up, while the container
 // is still running. It reads the kernel's socket table rather than
-// connecting, so that readiness leaves no line in the audit log; squid's own
-// check of its TLS port does leave one, which says the TLS port is up (the
-// audit drops it). Until that check succeeded squid takes its TLS port for
+// connecting, so that readiness leaves no line in the audit log. Until
+// squid's own check of its TLS port succeeded, squid takes that port for
 // down and would fail a tunnel to 443: listening alone is not ready. The
+// check is seen where it lands: at aisb's hold of the port (hold.go) or in
+// the access log, as a line the audit drops (isSelfCheck). The
 // table and the log are read every few milliseconds (both are cheap); the
 // service is asked whether squid still runs only now and then, and once
 // more when it is ready, which records squid's process.
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
-		if Listening(g.Port, g.TLSPort) && g.tlsPortChecked() {
+		// tlsPortUp lets go of the hold first: Listening then sees
+		// squid's own listeners only.
+		if g.tlsPortUp() && Listening(g.Port, g.TLSPort) {
 			if pid, ok := g.pid(c); ok {
 				if pid > 0 {
 					g.Squid = state.OwnerOf(pid)
@@ -251,6 +278,17 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// tlsPortUp reports whether squid has found its TLS port up (its check
+// reached the hold or squid's own listener), and once it has, releases the
+// hold.
+func (g *Gate) tlsPortUp() bool {
+	if !g.hold.sawCheck() && !g.tlsPortChecked() {
+		return false
+	}
+	g.hold.release()
+	return true
 }
 
 // tlsPortChecked reports whether the access log holds squid's check of its
@@ -343,6 +381,7 @@ func (g *Gate) Stop(c *engine.Conn) error {
 
 // Kill kills and removes the gate at once.
 func (g *Gate) Kill(c *engine.Conn) error {
+	g.hold.release()
 	// A kill that fails because the gate is already gone is fine: Remove
 	// below is what must succeed, and it reports its own failure.
 	_ = containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("KILL"))

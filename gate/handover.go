@@ -42,9 +42,10 @@ func renderPorts(line func(string, ...any), c Config, generate bool) {
 	line("# which checks their TLS handshake (see the TLS part). A port with ssl-bump")
 	line("# would answer every CONNECT with 200, also one refused; the sandbox never")
 	line("# reaches it. Certificates are generated, from the session CA, for")
-	line("# credential hosts only.")
+	line("# credential hosts only. The TLS port is shared (worker-queues sets")
+	line("# SO_REUSEPORT) with aisb, which holds it until squid has checked it.")
 	line("http_port 127.0.0.1:%d name=%s", c.Port, frontPortName)
-	line("http_port 127.0.0.1:%d name=%s ssl-bump tls-cert=%s/%s tls-key=%s/%s generate-host-certificates=%s dynamic_cert_mem_cache_size=1MB",
+	line("http_port 127.0.0.1:%d name=%s worker-queues ssl-bump tls-cert=%s/%s tls-key=%s/%s generate-host-certificates=%s dynamic_cert_mem_cache_size=1MB",
 		c.TLSPort, tlsPortName, c.Dir, caCertFile, c.Dir, caKeyFile, gen)
 }
 

@@ -1,0 +1,109 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// dialFrom connects to 127.0.0.1:port from src and waits until the other
+// end has closed the connection (the hold closes what it accepts, after
+// noting it).
+func dialFrom(t *testing.T, src string, port int) {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	defer c.Close()
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Fatalf("read from the hold: %v", err)
+	}
+}
+
+func listenShared(port int, reuse bool) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			if reuse {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	return lc.Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
+}
+
+// TestHoldSeesSquidsCheck: only a connection from SelfAddr counts as squid's
+// check of its TLS port; another loopback client does not.
+func TestHoldSeesSquidsCheck(t *testing.T) {
+	h, port, err := holdPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.release()
+	dialFrom(t, "127.0.0.1", port)
+	if h.sawCheck() {
+		t.Fatal("a connection from 127.0.0.1 counted as squid's check")
+	}
+	dialFrom(t, SelfAddr, port)
+	if !h.sawCheck() {
+		t.Fatal("squid's check (from SelfAddr) was not seen")
+	}
+}
+
+// TestHoldSharesThePort: squid (SO_REUSEPORT, worker-queues) can listen on
+// the held port; a listener without it cannot (the control: the port is
+// really taken). Once released, the hold answers nothing more.
+func TestHoldSharesThePort(t *testing.T) {
+	h, port, err := holdPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln, err := listenShared(port, false); !errors.Is(err, syscall.EADDRINUSE) {
+		if ln != nil {
+			ln.Close()
+		}
+		t.Fatalf("control: a listener without SO_REUSEPORT on the held port: %v, want EADDRINUSE", err)
+	}
+	squid, err := listenShared(port, true)
+	if err != nil {
+		t.Fatalf("squid's listener beside the hold: %v", err)
+	}
+	h.release()
+	h.release() // idempotent
+	var none *portHold
+	none.release()
+	// Only squid's listener is left: every connection reaches it.
+	squid.(*net.TCPListener).SetDeadline(time.Now().Add(5 * time.Second))
+	for i := 0; i < 8; i++ {
+		go func() {
+			if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+				c.Close()
+			}
+		}()
+		c, err := squid.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	squid.Close()
+	if h.sawCheck() {
+		t.Error("the hold saw a check nobody sent")
+	}
+	if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+		c.Close()
+		t.Error("the released hold still accepts connections")
+	}
+}
