@@ -111,6 +111,8 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 	errs := []error{gate.RemoveSecrets(gateDir(dir))}
 	errs = append(errs, gate.FinishedAudit(auditDir, id, err), err)
 	errs = append(errs, reaper.Remove(where, []string{gate.ContainerName(id), sandbox.ContainerName(id)}))
+	// The helper's copy, which aisb left to squid (steer.stop).
+	os.RemoveAll(helperDir(dir))
 	return errors.Join(errs...)
 }
 
@@ -137,5 +139,6 @@ func Abandoned(where engine.Where, paths state.Paths, id string) error {
 	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}))
 	// Also when Podman could not be reached: the keys do not outlive aisb.
 	errs = append(errs, gate.RemoveSecrets(gateDir(paths.SessionDir(id))))
+	os.RemoveAll(helperDir(paths.SessionDir(id)))
 	return errors.Join(errs...)
 }

@@ -50,13 +50,13 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 	sessionMax, totalMax := o.Config.Config.Logs.Bytes()
 	aud, err := gate.OpenAudit(o.Paths.AuditDir(), id, gate.AuditLimits{Session: sessionMax, Total: totalMax})
 	if err != nil {
-		s.stop()
+		s.stop(false)
 		return nil, err
 	}
 	s.audit = aud
 	helper, err := live.FindHelper(o.GateHelper)
 	if err == nil {
-		s.helperDir = filepath.Join(dir, "ask")
+		s.helperDir = helperDir(dir)
 		err = live.PrepareHelperDir(s.helperDir, helper)
 	}
 	if err == nil {
@@ -79,7 +79,7 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 		})
 	}
 	if err != nil {
-		s.stop()
+		s.stop(false)
 		return nil, fmt.Errorf("live session: %w", err)
 	}
 	return s, nil
@@ -130,10 +130,17 @@ func (s *steer) quiet() {
 	}
 }
 
+// helperDir is where a session's gate finds its helper (gate.HelperDir):
+// in the session's directory, removed once the gate is gone.
+func helperDir(sessionDir string) string { return filepath.Join(sessionDir, "ask") }
+
 // stop removes the session from the registry, stops the live server and
-// closes the audit. The gate and its follower are gone by then (their stop
-// runs first); the helper's copy is not kept with the session's files.
-func (s *steer) stop() {
+// closes the audit. The gate's follower is gone by then (its stop runs
+// first); the helper's copy is not kept with the session's files. When the
+// gate was handed to the watchdog (handedOff) it still runs, and squid would
+// die on a helper it can no longer start (its helper may not have started
+// yet in a short session): the watchdog removes the copy after the gate.
+func (s *steer) stop(handedOff bool) {
 	s.mu.Lock()
 	s.published = false // a last change must not list it again
 	s.mu.Unlock()
@@ -146,7 +153,7 @@ func (s *steer) stop() {
 			s.logf("the audit of session %s is incomplete: %v", s.entry.ID, err)
 		}
 	}
-	if s.helperDir != "" {
+	if s.helperDir != "" && !handedOff {
 		os.RemoveAll(s.helperDir)
 	}
 }

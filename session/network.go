@@ -191,7 +191,11 @@ func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, ga
 		if err := opened(); err != nil || watched != nil {
 			return err
 		}
-		trace("gate ready (both ports, TLS port checked)")
+		if g.CheckedAtHold() {
+			trace("gate ready (both ports, TLS port checked at aisb's hold)")
+		} else {
+			trace("gate ready (both ports, TLS port checked)")
+		}
 		// The host's addresses and on-link prefixes can change during a
 		// long session: the gate follows them.
 		watched = make(chan struct{})

@@ -150,7 +150,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer st.stop()
+	defer func() { st.stop(net != nil && net.handedOff) }()
 	trace("steering ready (with a gate: its audit, the live server)")
 	helper, imgs, err := podman.wait()
 	if err != nil {

@@ -236,3 +236,56 @@ exec curl -sS -o /dev/null -w "%{http_code}" https://api.allowed.test/handoff-se
 		t.Errorf("5 s after the session its containers remain: %v", mine())
 	}
 }
+
+// TestShortSessionGateEndsCleanly: a session whose command ends at once
+// leaves its gate to the watchdog while squid may still be starting its
+// helper. Its squid must not die on a helper program aisb already removed
+// (squid's FATAL exit would drop what it had not yet logged): the helper's
+// copy goes with the gate, once the watchdog has removed it. The control is
+// squid's own word in cache.log that it started and listened. These short
+// sessions are also where aisb's hold of the TLS port (gate/hold.go) must
+// have answered squid's first check (the trace says so), in one session
+// at least: the kernel may hand the check to squid's own listener instead.
+func TestShortSessionGateEndsCleanly(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	held := 0
+	for i := 0; i < 4; i++ {
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--allow", "allowed.test", "--harness", "shell", "--", "true")
+		if r.Code != 0 || !strings.Contains(r.Stderr, "gate ready") {
+			t.Fatalf("run %d: %s", i, r)
+		}
+		if strings.Contains(r.Stderr, "TLS port checked at aisb's hold") {
+			held++
+		}
+	}
+	if held == 0 {
+		t.Error("in none of 4 sessions did aisb's hold of the TLS port answer squid's check")
+	}
+	a.events(t) // every audit complete: the watchdogs are at their last steps
+	sessions, _ := filepath.Glob(filepath.Join(a.state, "aisb", "sessions", "*"))
+	if len(sessions) != 4 {
+		t.Fatalf("sessions: %v", sessions)
+	}
+	for _, s := range sessions {
+		id := filepath.Base(s)
+		gone := func() bool {
+			r := testhost.Podman(t, "ps", "-a", "--filter", "label="+engine.LabelSession+"="+id, "--format", "{{.Names}}")
+			return strings.TrimSpace(r.Stdout) == ""
+		}
+		if !waitFor(10*time.Second, gone) {
+			t.Errorf("session %s: its containers remain 10 s after it", id)
+			continue
+		}
+		if !waitFor(2*time.Second, func() bool { _, err := os.Lstat(filepath.Join(s, "ask")); return os.IsNotExist(err) }) {
+			t.Errorf("session %s: the helper's copy outlived the gate", id)
+		}
+		b, err := os.ReadFile(filepath.Join(s, "gate", "cache.log"))
+		if err != nil || !strings.Contains(string(b), "listening port: gate_tls") {
+			t.Errorf("control: session %s's cache.log does not show squid listening (%v):\n%s", id, err, b)
+			continue
+		}
+		if strings.Contains(string(b), "FATAL") || strings.Contains(string(b), "ipcCreate") {
+			t.Errorf("session %s: squid died before the watchdog ended it:\n%s", id, b)
+		}
+	}
+}
