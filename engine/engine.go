@@ -119,22 +119,35 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 	return c, nil
 }
 
-// SameUser reports whether the service is a Podman of this process's own
-// non-root user on this host (a unix socket this uid owns): the host uid its
-// rootless containers' users map to is then this process's, and so is the
-// network a container with the host's network shares. A remote or another
-// user's service (the tests' root process using the test user's) is not.
-func (c *Conn) SameUser() bool {
+// ServiceUID is the uid owning the service's unix socket, where the service
+// is reached by one: the user whose rootless Podman it is, so the host uid
+// its containers' users map to (keep-id) and own their sockets as. A socket
+// forwarded from elsewhere cannot be told apart; what relies on this checks
+// what it sees (gate: the listeners' uids).
+func (c *Conn) ServiceUID() (int, bool) {
 	sock, ok := strings.CutPrefix(c.URI, "unix://")
-	if !ok || os.Geteuid() == 0 {
-		return false
+	if !ok {
+		return 0, false
 	}
 	fi, err := os.Stat(sock)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && int(st.Uid) == os.Geteuid()
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
+
+// SameUser reports whether the service is a Podman of this process's own
+// non-root user (ServiceUID): its rootless containers' users map to this
+// process's uid, and a container with the host's network shares this
+// process's. A remote or another user's service (the tests' root process
+// using the test user's) is not.
+func (c *Conn) SameUser() bool {
+	uid, ok := c.ServiceUID()
+	return ok && uid != 0 && uid == os.Geteuid()
 }
 
 func listening(sock string) bool {

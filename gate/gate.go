@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -88,6 +89,11 @@ type Gate struct {
 	Squid string
 
 	hold *portHold // the TLS port, held by aisb until squid has checked it (hold.go)
+	// squidUID is squid's uid on the host (the owner of Podman's socket),
+	// where it is known: a listener on the gate's ports of another uid is
+	// not the gate.
+	squidUID int
+	uidKnown bool
 }
 
 // ContainerName is the gate container's name for a session.
@@ -185,6 +191,10 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
 	g := &Gate{Name: ContainerName(o.Session), Session: o.Session, Port: port, TLSPort: tlsPort, Dir: o.Dir, hold: hold}
+	// A rootless Podman's: where its user is root, the gate's proxy user
+	// is not root's uid on the host, and not checked.
+	g.squidUID, g.uidKnown = c.ServiceUID()
+	g.uidKnown = g.uidKnown && g.squidUID != 0
 	if len(o.Credentials) > 0 {
 		g.CACert = caCert
 	}
@@ -259,9 +269,9 @@ func ptr[T any](v T) *T { return &v }
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
-		// tlsPortUp lets go of the hold first: Listening then sees
-		// squid's own listeners only.
-		if g.tlsPortUp() && Listening(g.Port, g.TLSPort) {
+		// tlsPortUp lets go of the hold first: only squid's own
+		// listeners are left to see.
+		if g.tlsPortUp() && g.squidListening() {
 			if pid, ok := g.pid(c); ok {
 				if pid > 0 {
 					g.Squid = state.OwnerOf(pid)
@@ -281,13 +291,19 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 }
 
 // tlsPortUp reports whether squid has found its TLS port up (its check
-// reached the hold or squid's own listener), and once it has, releases the
-// hold.
+// reached the hold or squid's own listener) and the hold is gone. The hold
+// is released only once squid's own listener has joined it, so the port is
+// never free for another user's socket to take.
 func (g *Gate) tlsPortUp() bool {
 	if !g.hold.sawCheck() && !g.tlsPortChecked() {
 		return false
 	}
-	g.hold.release()
+	if g.hold.held() {
+		if !g.squidJoinedHold() {
+			return false
+		}
+		g.hold.release()
+	}
 	return true
 }
 
@@ -309,21 +325,82 @@ func (g *Gate) tlsPortChecked() bool {
 // Listening reports whether sockets of this network namespace listen on
 // 127.0.0.1 on every one of ports (state 0A in /proc/net/tcp, read once).
 func Listening(ports ...int) bool {
-	b, err := os.ReadFile("/proc/net/tcp")
+	l, err := listeners()
 	if err != nil {
 		return false
 	}
-	want := map[string]bool{}
 	for _, p := range ports {
-		want[fmt.Sprintf("0100007F:%04X", p)] = true
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 3 && want[f[1]] && f[3] == "0A" {
-			delete(want, f[1])
+		if len(l[p]) == 0 {
+			return false
 		}
 	}
-	return len(want) == 0
+	return true
+}
+
+// listeners reads the socket table once: for each port of 127.0.0.1, the
+// uids (on the host) of the sockets listening there.
+func listeners() (map[int][]int, error) {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int][]int{}
+	for _, l := range strings.Split(string(b), "\n") {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
+		f := strings.Fields(l)
+		if len(f) < 8 || f[3] != "0A" {
+			continue
+		}
+		addr, port, ok := strings.Cut(f[1], ":")
+		if !ok || addr != "0100007F" {
+			continue
+		}
+		p, err1 := strconv.ParseUint(port, 16, 16)
+		uid, err2 := strconv.Atoi(f[7])
+		if err1 == nil && err2 == nil {
+			out[int(p)] = append(out[int(p)], uid)
+		}
+	}
+	return out, nil
+}
+
+// squidListening reports whether squid listens on both ports and nothing
+// else does: every listener there has squid's uid where it is known (a
+// socket of another user on a gate's port is not the gate), and the TLS
+// port has one listener only (the hold is gone).
+func (g *Gate) squidListening() bool {
+	l, err := listeners()
+	if err != nil {
+		return false
+	}
+	for _, p := range []int{g.Port, g.TLSPort} {
+		if len(l[p]) == 0 {
+			return false
+		}
+		for _, uid := range l[p] {
+			if g.uidKnown && uid != g.squidUID {
+				return false
+			}
+		}
+	}
+	return len(l[g.TLSPort]) == 1
+}
+
+// squidJoinedHold reports whether a second socket of squid's uid listens
+// beside the hold on the TLS port: squid's own (while the hold is there only
+// a socket of the hold's uid, which is squid's, can join it).
+func (g *Gate) squidJoinedHold() bool {
+	l, err := listeners()
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, uid := range l[g.TLSPort] {
+		if uid == g.squidUID {
+			n++
+		}
+	}
+	return n >= 2
 }
 
 func (g *Gate) running(c *engine.Conn) bool {

@@ -2,10 +2,12 @@ package gate
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,18 +22,24 @@ import (
 // So aisb holds the TLS port from the moment it chooses it: a listener of its
 // own shares the port with squid's (SO_REUSEPORT on both; squid's port has
 // worker-queues, which sets it) and answers squid's first check at once. The
-// hold is released once squid's check has been seen, here or, when it
-// reached squid's own listener instead, in the access log; readiness is then
-// judged on squid's listeners alone. The kernel shares a port only between
+// hold is released once squid's check has been seen (here or, when it
+// reached squid's own listener instead, in the access log) and squid's own
+// listener has joined the port, so the port is never free for a socket of
+// another user to take; readiness is then judged on squid's listeners alone,
+// which must have squid's uid (Gate.squidListening). The kernel shares a port only between
 // sockets of one uid: squid runs as the uid of Podman's user on the host
 // (keep-id), so the port is held only where that is this process's uid
 // (engine.Conn.SameUser). Elsewhere (a Podman on another host, or another
 // user's, as in the gate package's tests) nothing answers early and squid's
 // own retry does, 50 ms later.
 //
-// Nothing else connects to the TLS port while it is held: the sandbox's
-// table admits only the front, and the sandbox is told the gate is ready only
-// after the hold is released.
+// The sandbox cannot connect to the TLS port (its table admits the front
+// only) and is told the gate is ready only after the hold is released. A
+// local process of another user that connects from SelfAddr while the port
+// is held is taken for squid's check: the gate may then be ready a moment
+// before squid has found its TLS port up, and a first tunnel to 443 fail
+// (a 500, audited); it gains no way through. squid's port stays shared
+// after the hold: WatchAlive stops the gate if another socket ever joins it.
 type portHold struct {
 	ln      net.Listener
 	checked atomic.Bool // squid's check (a connection from SelfAddr) arrived
@@ -68,13 +76,32 @@ func (h *portHold) accept() {
 	defer close(h.done)
 	for {
 		c, err := h.ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
+		}
+		if err != nil {
+			// Out of descriptors, say: the listener stays (the port
+			// must not fall free) and squid's check waits in its queue.
+			time.Sleep(5 * time.Millisecond)
+			continue
 		}
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && a.IP.String() == SelfAddr {
 			h.checked.Store(true)
 		}
 		c.Close()
+	}
+}
+
+// held reports whether the hold still listens.
+func (h *portHold) held() bool {
+	if h == nil {
+		return false
+	}
+	select {
+	case <-h.done:
+		return false
+	default:
+		return true
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 	"testing"
@@ -105,5 +106,40 @@ func TestHoldSharesThePort(t *testing.T) {
 	if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
 		c.Close()
 		t.Error("the released hold still accepts connections")
+	}
+}
+
+// TestSquidListening: the gate counts as listening only where every listener
+// on its ports has squid's uid, and its TLS port has one listener only.
+func TestSquidListening(t *testing.T) {
+	front, err := listenShared(0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer front.Close()
+	tls, err := listenShared(0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tls.Close()
+	g := &Gate{Port: front.Addr().(*net.TCPAddr).Port, TLSPort: tls.Addr().(*net.TCPAddr).Port, squidUID: os.Geteuid(), uidKnown: true}
+	if !g.squidListening() {
+		t.Fatal("control: squid's two listeners, of its uid, are not seen")
+	}
+	g.squidUID = os.Geteuid() + 1
+	if g.squidListening() {
+		t.Error("listeners of another uid taken for squid's")
+	}
+	g.squidUID = os.Geteuid()
+	second, err := listenShared(g.TLSPort, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.squidListening() || !g.squidJoinedHold() || g.tlsPortShared() == nil {
+		t.Error("a second listener on the TLS port is not seen")
+	}
+	second.Close()
+	if g.tlsPortShared() != nil {
+		t.Error("one listener on the TLS port taken for two")
 	}
 }

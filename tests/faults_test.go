@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -93,6 +94,81 @@ func TestGateKilledMidSession(t *testing.T) {
 	}
 	if res.Code == 0 {
 		t.Errorf("a session that lost its gate exits 0: %s", res)
+	}
+	if !waitGone(t, 20*time.Second) {
+		t.Errorf("containers remain: %v", sessionContainers(t))
+	}
+}
+
+// TestTLSPortIntruderStopsTheGate: squid shares its TLS port (SO_REUSEPORT,
+// for aisb's hold of it at start), so another process of the user's uid on
+// the host's network could join it and take tunnels the front hands over.
+// When one does, the session's watch stops the gate: the agent's next HTTPS
+// request never reaches the upstream and the user is told why. The controls:
+// a request before passes, and the intruder really joined the port.
+func TestTLSPortIntruderStopsTheGate(t *testing.T) {
+	a := newAisb(t, testBaseImage(t), dnsConfig())
+	mark := fmt.Sprint(time.Now().UnixNano())
+	before, after := "/tls-before-"+mark, "/tls-after-"+mark
+	curl := `curl -sSk -o /dev/null -w "%{http_code}" https://allowed.test`
+	r := a.start(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
+		curl+before+"; rc=$?; echo; echo before=$rc; touch /project/ready; "+
+			"while [ ! -e /project/go ]; do sleep 0.1; done; "+
+			curl+after+"; rc=$?; echo; echo after=$rc")
+	if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+		t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
+	}
+	if !upstreamSaw(t, before) {
+		t.Fatalf("control: the HTTPS request before did not reach the upstream: %s", r.stdout)
+	}
+	confs, _ := filepath.Glob(filepath.Join(a.state, "aisb", "sessions", "*", "gate", "squid.conf"))
+	if len(confs) != 1 {
+		t.Fatalf("squid.conf files: %v", confs)
+	}
+	b, _ := os.ReadFile(confs[0])
+	m := regexp.MustCompile(`http_port 127\.0\.0\.1:(\d+) name=gate_tls `).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no TLS port in %s", confs[0])
+	}
+	// The intruder: the user's uid, the host's network, SO_REUSEPORT.
+	// It leaves when its stdin closes.
+	intruder := testhost.UserCommand(context.Background(), "python3", "-c", `import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+print("joined", flush=True)
+sys.stdin.read()
+`, string(m[1]))
+	out, err := intruder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := intruder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := intruder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		in.Close()
+		intruder.Wait()
+	}()
+	line := make([]byte, 7)
+	if n, _ := out.Read(line); string(line[:n]) != "joined\n" {
+		t.Fatalf("control: the intruder did not join the TLS port %s: %q", m[1], line[:n])
+	}
+	if !waitFor(3*time.Second, func() bool { return r.stderrSays("TLS port", "stopped") }) || r.exited() {
+		t.Errorf("3 s after another socket joined the TLS port, while the agent still runs, stderr says nothing: %q", r.stderr)
+	}
+	writeUserFile(t, filepath.Join(a.project, "go"), "")
+	res := r.wait(t, time.Minute)
+	if strings.Contains(res.Stdout, "after=0") || upstreamSaw(t, after) {
+		t.Errorf("the HTTPS request after the intruder joined got out: %s", res)
+	}
+	if res.Code == 0 {
+		t.Errorf("a session whose gate was stopped exits 0: %s", res)
 	}
 	if !waitGone(t, 20*time.Second) {
 		t.Errorf("containers remain: %v", sessionContainers(t))
