@@ -1,6 +1,7 @@
 package entrypoint_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +60,16 @@ func TestSocketFamilies(t *testing.T) {
 	if r := s.plain(t, "io_uring"); r.Code != 0 {
 		t.Fatalf("control: io_uring_setup fails without the sandbox: %s", r)
 	}
-	if r := testhost.Run(t, s.ns.Command(probe386, "status")); r.Code != 0 || !strings.Contains(r.Stdout, "euid: 0") {
+	// A kernel without IA32 emulation (some VMs) runs no i386 process at
+	// all: exec says ENOEXEC. There the claim holds by the kernel, and the
+	// test shows it does in the sandbox too; the filter's own verdict on
+	// the i386 ABI is checked everywhere by TestSocketFilterProgram's
+	// interpreter (seccomp_internal_test.go).
+	ia32 := true
+	if err := exec.Command(probe386, "status").Run(); errors.Is(err, unix.ENOEXEC) {
+		ia32 = false
+		t.Logf("this kernel runs no i386 process (exec: %v)", err)
+	} else if r := testhost.Run(t, s.ns.Command(probe386, "status")); r.Code != 0 || !strings.Contains(r.Stdout, "euid: 0") {
 		t.Fatalf("control: the i386 probe does not run here: %s", r)
 	}
 
@@ -90,9 +100,10 @@ func TestSocketFamilies(t *testing.T) {
 	if r := s.probeEnforced(t, "io_uring"); r.Code != 1 || !strings.Contains(r.Stdout, "ENOSYS") {
 		t.Errorf("io_uring in the sandbox: %s", r)
 	}
-	// A process of another ABI dies at its first system call (SIGSYS).
-	if r := s.enforced(t, probe386, "status"); r.Code != -1 || r.Stdout != "" {
-		t.Errorf("i386 process in the sandbox: %s", r)
+	// A process of another ABI dies at its first system call (SIGSYS);
+	// where the kernel runs none, it does not start.
+	if r := s.enforced(t, probe386, "status"); (ia32 && r.Code != -1) || r.Code == 0 || strings.Contains(r.Stdout, "euid") {
+		t.Errorf("i386 process in the sandbox (kernel runs i386: %t): %s", ia32, r)
 	}
 
 	// What the agent needs keeps working.
