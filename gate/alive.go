@@ -32,14 +32,20 @@ func WatchAlive(ctx context.Context, g *Gate, every time.Duration, lost func(err
 		case <-time.After(every):
 		}
 		if err := g.tlsPortShared(); err != nil {
-			at := time.Now()
+			at := time.Now().Format("15:04:05")
 			if !g.KillSquid(time.Second) {
-				lost(fmt.Errorf("%w at %s: %v; squid could not be stopped (its process is not known)", ErrLost, at.Format("15:04:05"), err))
+				lost(fmt.Errorf("%w at %s: %v; squid could not be stopped (its process is not known)", ErrLost, at, err))
 				<-ctx.Done()
 				return
 			}
-			lost(fmt.Errorf("%w at %s: %v; the gate was stopped", ErrLost, at.Format("15:04:05"), err))
-			holdFront(ctx, g, nil)
+			// squid, just killed, may hold the front for a moment.
+			front, ferr := takeFront(g, time.Second)
+			if ferr != nil {
+				lost(fmt.Errorf("%w at %s: %v; squid was stopped, but 127.0.0.1:%d is no longer its: %v", ErrLost, at, err, g.Port, ferr))
+			} else {
+				lost(fmt.Errorf("%w at %s: %v; the gate was stopped", ErrLost, at, err))
+			}
+			keep(ctx, front)
 			return
 		}
 		if Listening(g.Port) {
@@ -49,7 +55,14 @@ func WatchAlive(ctx context.Context, g *Gate, every time.Duration, lost func(err
 		if misses++; misses < 2 {
 			continue
 		}
-		holdFront(ctx, g, lost)
+		at := time.Now().Format("15:04:05")
+		front, err := takeFront(g, 0)
+		if err != nil {
+			lost(fmt.Errorf("%w at %s (127.0.0.1:%d is no longer its; something else took the port: %v)", ErrLost, at, g.Port, err))
+		} else {
+			lost(fmt.Errorf("%w at %s (nothing listens on 127.0.0.1:%d any more)", ErrLost, at, g.Port))
+		}
+		keep(ctx, front)
 		return
 	}
 }
@@ -70,30 +83,25 @@ func (g *Gate) tlsPortShared() error {
 	return nil
 }
 
-// holdFront takes the gate's front port, once squid has let it go, until ctx
-// ends; lost, when not nil, hears whether it could.
-func holdFront(ctx context.Context, g *Gate, lost func(error)) {
-	at := time.Now()
-	var hold net.Listener
-	var err error
-	// squid, just killed, may still hold the port for a moment.
-	for i := 0; i < 100; i++ {
-		if hold, err = net.Listen("tcp", g.Addr()); err == nil || lost != nil {
-			break
+// takeFront listens on the gate's front port, trying for up to within.
+func takeFront(g *Gate, within time.Duration) (net.Listener, error) {
+	deadline := time.Now().Add(within)
+	for {
+		ln, err := net.Listen("tcp", g.Addr())
+		if err == nil || time.Now().After(deadline) {
+			return ln, err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if lost != nil {
-		if err != nil {
-			lost(fmt.Errorf("%w at %s (127.0.0.1:%d is no longer its; something else took the port: %v)", ErrLost, at.Format("15:04:05"), g.Port, err))
-		} else {
-			lost(fmt.Errorf("%w at %s (nothing listens on 127.0.0.1:%d any more)", ErrLost, at.Format("15:04:05"), g.Port))
-		}
-	}
-	if hold != nil {
+}
+
+// keep holds front (nil: nothing to hold) until ctx ends, closing every
+// connection made to it.
+func keep(ctx context.Context, front net.Listener) {
+	if front != nil {
 		go func() {
 			for {
-				c, err := hold.Accept()
+				c, err := front.Accept()
 				if err != nil {
 					return
 				}
@@ -102,7 +110,7 @@ func holdFront(ctx context.Context, g *Gate, lost func(error)) {
 		}()
 	}
 	<-ctx.Done()
-	if hold != nil {
-		hold.Close()
+	if front != nil {
+		front.Close()
 	}
 }

@@ -25,13 +25,13 @@ import (
 // hold is released once squid's check has been seen (here or, when it
 // reached squid's own listener instead, in the access log) and squid's own
 // listener has joined the port, so the port is never free for a socket of
-// another user to take; readiness is then judged on squid's listeners alone,
-// which must have squid's uid (Gate.squidListening). The kernel shares a port only between
-// sockets of one uid: squid runs as the uid of Podman's user on the host
-// (keep-id), so the port is held only where that is this process's uid
-// (engine.Conn.SameUser). Elsewhere (a Podman on another host, or another
-// user's, as in the gate package's tests) nothing answers early and squid's
-// own retry does, 50 ms later.
+// another user to take; readiness is then judged on squid's listeners
+// alone, which must have squid's uid (Gate.squidListening). The kernel
+// shares a port only between sockets of one uid: squid runs as the uid of
+// Podman's user on the host (keep-id), so the port is held only where that
+// is this process's uid (engine.Conn.SameUser). Elsewhere (a Podman on
+// another host, or another user's, as in the gate package's tests) nothing
+// answers early and squid's own retry does, 50 ms later.
 //
 // The sandbox cannot connect to the TLS port (its table admits the front
 // only) and is told the gate is ready only after the hold is released. A
