@@ -24,9 +24,11 @@ test-unit:
 
 # The README's test command: prepare this machine (as root, idempotently) and
 # run every test, integration ones included; under AISB_INTEGRATION=1 a test
-# that cannot run fails instead of skipping.
+# that cannot run fails instead of skipping. Packages run one at a time (-p 1);
+# within the tests package, the tests marked parallel run three at once once
+# the sequential ones have ended (tests/helpers_test.go says which may).
 test: host vet
-	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -count=1 -p 1 -timeout 45m -v ./...
+	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -count=1 -p 1 -parallel 3 -timeout 45m -v ./...
 
 host:
 	bash tests/host/setup.sh

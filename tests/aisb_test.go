@@ -109,6 +109,17 @@ func (a *aisbUser) runEnv(t *testing.T, env []string, args ...string) testhost.R
 	return testhost.Run(t, cmd)
 }
 
+// sessionIDs are the ids of a's sessions so far, from its state directory.
+func (a *aisbUser) sessionIDs(t *testing.T) []string {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(a.state, "aisb", "sessions", "*"))
+	var ids []string
+	for _, d := range dirs {
+		ids = append(ids, filepath.Base(d))
+	}
+	return ids
+}
+
 // events reads every audit event aisb wrote, once each session's audit is
 // complete (a session's watchdog adds its last requests after aisb exits).
 func (a *aisbUser) events(t *testing.T) []gate.Event {

@@ -30,6 +30,7 @@ type battery struct {
 }
 
 func TestEscapeBattery(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	testhost.ServeHTTP80(t, "127.0.0.1")
 	testhost.ServeHTTP80(t, testhost.HostSelf)
@@ -71,8 +72,8 @@ func TestEscapeBattery(t *testing.T) {
 				{"listed-https", px + " https://allowed.test/", "probe http https://" + up + "/", "reach", false},
 				{"curl-https", "curl -sSfk --max-time 10 https://allowed.test/", "", "reach", false},
 				// The gate's refusals.
-				{"unlisted-name", px + " http://other.test/", "probe http http://" + up + "/", "403", false},
-				{"unlisted-connect", px + " https://other.test/", "probe http https://" + up + "/", "403", false},
+				{"unlisted-name", px + " http://refused.test/", "probe http http://" + up + "/", "403", false},
+				{"unlisted-connect", px + " https://refused.test/", "probe http https://" + up + "/", "403", false},
 				{"connect-22", px + " https://allowed.test:22/", "probe tcp " + up + ":22", "403", false},
 				{"http-8080", px + " http://allowed.test:8080/", "probe http http://" + up + ":8080/", "403", false},
 			}
@@ -173,8 +174,8 @@ func TestEscapeBattery(t *testing.T) {
 			}
 			// A refused name is never resolved.
 			for _, q := range testhost.DNSQueries(t, mark) {
-				if q == "other.test" {
-					t.Errorf("the gate resolved the refused name other.test")
+				if q == "refused.test" {
+					t.Errorf("the gate resolved the refused name refused.test")
 				}
 			}
 			// The audit log has one line per gate request, with its rule.
@@ -191,20 +192,28 @@ func TestEscapeBattery(t *testing.T) {
 			if t.Failed() {
 				t.Logf("sandbox output:\n%s\n%s", r.Stdout, r.Stderr)
 			}
-			assertNothingLeft(t)
+			assertNothingLeft(t, a)
 		})
 	}
 }
 
-// assertNothingLeft: no container of aisb outlives its session: the
+// assertNothingLeft: no container of a's sessions outlives its session: the
 // sandbox is gone when aisb returns, the gate moments later (the session's
-// watchdog finishes it off the user's path; gatepath_test.go).
-func assertNothingLeft(t *testing.T) {
+// watchdog finishes it off the user's path; gatepath_test.go). Only a's own
+// sessions, by their label: other tests' sessions may be running.
+func assertNothingLeft(t *testing.T, a *aisbUser) {
 	t.Helper()
+	sessions := a.sessionIDs(t)
+	if len(sessions) == 0 {
+		t.Fatalf("control: no session directory under %s", a.state)
+	}
 	var names []string
 	waitFor(5*time.Second, func() bool {
-		r := testhost.Podman(t, "ps", "-a", "--filter", "label="+engine.LabelKind, "--format", "{{.Names}}")
-		names = strings.Fields(r.Stdout)
+		names = nil
+		for _, id := range sessions {
+			r := testhost.Podman(t, "ps", "-a", "--filter", "label="+engine.LabelSession+"="+id, "--format", "{{.Names}}")
+			names = append(names, strings.Fields(r.Stdout)...)
+		}
 		return len(names) == 0
 	})
 	if len(names) > 0 {

@@ -60,6 +60,7 @@ func derivedBase(t *testing.T, name, lines string) string {
 // printable (the build's output is file and traffic content), and no
 // carriage return where stderr is not a terminal; the command never runs.
 func TestBuildFailureShowsLog(t *testing.T) {
+	parallel(t)
 	// node is the first thing the sandbox's Containerfile runs; this one
 	// writes a line with a terminal title escape and fails the build.
 	base := derivedBase(t, "badnode", `RUN printf '#!/bin/sh\necho "node-marker \033]0;title\007 end" >&2\nexit 3\n' >/usr/bin/node && chmod 755 /usr/bin/node`)
@@ -91,6 +92,7 @@ func TestBuildFailureShowsLog(t *testing.T) {
 // control for TestBuildFailureShowsLog: a log line there is not one that
 // always shows.
 func TestBuildQuietUnlessVerbose(t *testing.T) {
+	parallel(t)
 	for _, verbose := range []bool{false, true} {
 		t.Run(fmt.Sprint("verbose=", verbose), func(t *testing.T) {
 			// Each a base of its own: each run builds.
@@ -125,6 +127,7 @@ func TestBuildQuietUnlessVerbose(t *testing.T) {
 // updated in place with the step and the time, and leaves only the line
 // saying it was built: no step lines, no build log.
 func TestBuildProgressTerminal(t *testing.T) {
+	parallel(t)
 	base := derivedBase(t, "tty", "")
 	a := newAisb(t, base, "")
 	env := []string{"TERM=xterm", "XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state, "AISB_BASE_IMAGE=" + base, "CONTAINER_HOST=" + testhost.Service(t)}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -97,6 +98,7 @@ http.request({host: gate.hostname, port: gate.port, method: 'CONNECT', path: 'ap
 // only from the gate; inside the sandbox its variable holds a placeholder,
 // and the real value is nowhere the agent can look.
 func TestCredentials(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, credentialConfig())
 	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -131,7 +133,7 @@ func TestCredentials(t *testing.T) {
 	writeUserFile(t, filepath.Join(a.project, "creds.sh"), renderScript(cases)+"sleep 3\n")
 	mark := headersMark(t)
 	inspected := make(chan string, 1)
-	go func() { inspected <- inspectSandboxes(t) }()
+	go func() { inspected <- inspectSandboxes(t, a) }()
 	gateFiles := make(chan gateFileCheck, 1)
 	go func() { gateFiles <- checkGateFiles(a) }()
 	r := a.runEnv(t, []string{"TEST_API_KEY=" + key, "TEST_BEARER=" + bearer}, "run", "--harness", "shell", "--", "sh", "/project/creds.sh")
@@ -364,6 +366,7 @@ func checkGateFiles(a *aisbUser) gateFileCheck {
 // TestCredentialUpstreamUnverified: without the upstream's CA in
 // network.upstream_ca the gate refuses to send the key to it.
 func TestCredentialUpstreamUnverified(t *testing.T) {
+	parallel(t)
 	cfg := strings.Replace(credentialConfig(), `upstream_ca = ["`+filepath.Join(testhost.StateDir, "ca.pem")+`"]`, "", 1)
 	a := newAisb(t, testBaseImage(t), cfg)
 	mark := headersMark(t)
@@ -403,12 +406,15 @@ func checkSSE(t *testing.T, out string) {
 }
 
 // inspectSandboxes waits (up to two minutes: the image may be built first)
-// for a running sandbox and returns `podman inspect` of it, as text.
-func inspectSandboxes(t *testing.T) string {
+// for a running sandbox of a's sessions and returns `podman inspect` of it,
+// as text. Only a's: other tests' sandboxes may be running.
+func inspectSandboxes(t *testing.T, a *aisbUser) string {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		r := testhost.Podman(t, "ps", "-q", "--filter", "label=io.aisb.kind=sandbox")
-		if ids := strings.Fields(r.Stdout); len(ids) > 0 {
-			return testhost.Podman(t, append([]string{"inspect"}, ids...)...).Stdout
+		for _, id := range a.sessionIDs(t) {
+			r := testhost.Podman(t, "ps", "-q", "--filter", "label=io.aisb.kind=sandbox", "--filter", "label="+engine.LabelSession+"="+id)
+			if ids := strings.Fields(r.Stdout); len(ids) > 0 {
+				return testhost.Podman(t, append([]string{"inspect"}, ids...)...).Stdout
+			}
 		}
 	}
 	return "no sandbox was running to inspect"
@@ -417,6 +423,7 @@ func inspectSandboxes(t *testing.T) string {
 // TestCredentialsStayOutOfProjects: a project's .aisb.toml, trusted or not,
 // cannot add a credential or an upstream CA.
 func TestCredentialsStayOutOfProjects(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, "", dnsConfig())
 	for _, body := range []string{
 		"version = 1\n[[credentials]]\nhost = \"evil.test\"\nheader = \"x-api-key\"\nenv = \"ANTHROPIC_API_KEY\"\n",

@@ -17,6 +17,7 @@ var entrypointCaps = []string{"--cap-drop=ALL", "--cap-add=NET_ADMIN,SETUID,SETG
 // process of a rootless container under each network helper, with a "gate"
 // on the host's loopback, and probes every way out next to its control.
 func TestEntrypointInRootlessContainer(t *testing.T) {
+	parallel(t)
 	testhost.Require(t)
 	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
 	probe := testhost.Binary(t, "tests/probe")

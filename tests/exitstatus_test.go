@@ -15,6 +15,7 @@ import (
 // reported as that command's status; "could not be enforced" comes only from
 // the entrypoint's own account, which the command cannot write.
 func TestCommandCannotForgeEnforcementFailure(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	for _, mode := range []string{"none", "allow"} {
 		for _, code := range []int{77, 78} {
@@ -35,6 +36,7 @@ func TestCommandCannotForgeEnforcementFailure(t *testing.T) {
 // TestAllowUnenforcedStillEnforces: --allow-unenforced only matters when the
 // table cannot be installed; where it can, the sandbox is as closed as ever.
 func TestAllowUnenforcedStillEnforces(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig())
 	up := testhost.UpstreamAddr
@@ -56,6 +58,7 @@ func TestAllowUnenforcedStillEnforces(t *testing.T) {
 // without a word about its status, and a command that writes a lie into
 // the status file (TestCommandCannotForgeEnforcementFailure) cannot.
 func TestStatusReadFromUpperDirectory(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	for _, mode := range []string{"none", "allow"} {
 		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c",
@@ -82,6 +85,7 @@ func TestStatusReadFromUpperDirectory(t *testing.T) {
 // on the host. Neither runs, and the status is still read from the upper
 // directory; the control runs the script by hand.
 func TestStatusReaderRunsNothingTheAgentWrote(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	marker := filepath.Join(testhost.UserDir(t), "ran")
 	fake := "#!/bin/sh\ntouch " + marker + "\necho '{\"outcome\":\"enforced\"}'\n"
@@ -126,6 +130,7 @@ func TestStatusReaderRunsNothingTheAgentWrote(t *testing.T) {
 // ends with no word about its status, and the command's own 77 is not taken
 // for the entrypoint's.
 func TestStatusReadByCopyElsewhere(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	link := filepath.Join(testhost.UserDir(t), "podman.sock")
 	if err := os.Symlink(strings.TrimPrefix(testhost.Service(t), "unix://"), link); err != nil {

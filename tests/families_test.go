@@ -20,6 +20,7 @@ import (
 // Podman's own seccomp profile is off. Controls: the same probes in a plain
 // container. Sockets are opened and closed; nothing is sent over them.
 func TestSocketFamiliesInRootlessContainer(t *testing.T) {
+	parallel(t)
 	testhost.Require(t)
 	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
 	probe := testhost.Binary(t, "tests/probe")

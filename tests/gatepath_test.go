@@ -29,6 +29,7 @@ import (
 // The control shows that a request to a port where nothing listens fails at
 // once, so a gate not yet listening could not pass unseen.
 func TestFirstRequestFindsTheGate(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -165,6 +166,7 @@ func anyLine(s string, f func(string) bool) bool {
 // the watchdog has completed the audit those files are gone, the access log
 // stays, no file of aisb's holds the key, and the gate is removed.
 func TestGateSecretsGoAfterHandoff(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), credentialConfig())
 	mark := headersMark(t)
 	key := fmt.Sprintf("REALKEY-handoff-%d", time.Now().UnixNano())

@@ -12,6 +12,7 @@ import (
 // as one holding the user's keys. Control: the directory and its key are
 // there and readable on the host.
 func TestGitFileCannotMountHostDirs(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, "")
 	keys := filepath.Join(a.config, "keys") // a directory of the user's, outside the project

@@ -67,3 +67,21 @@ func plainRun(t *testing.T, h helper, probe string, args ...string) testhost.Res
 	return testhost.Podman(t, append([]string{"run", "--rm", "--network=" + h.network,
 		"-v", probe + ":/probe:ro", testhost.BaseImage, "/probe"}, args...)...)
 }
+
+// parallel lets t run alongside the other parallel tests, once every
+// sequential test of the package has ended (Go runs those first, one at a
+// time). The machine is mostly idle while a session starts or a build
+// waits, so CI takes far less time this way. A test may call it only if it
+// looks at nothing but its own: its aisbUser's directories, its sessions'
+// containers by their session label, paths and names at the test upstream
+// that no other test uses. A test stays sequential when it lists every
+// aisb container or process, stops or shares a Podman service or the
+// upstream's SSH key, counts on a limit that all of the test user's
+// processes share (nproc), depends on a timing that load can stretch (a
+// key typed into a terminal, a kill at a chosen moment, a deadline of a
+// second or less), or is itself a stress test. `make test` runs three at
+// once (-parallel 3): about three times the throughput on a 2-core host.
+func parallel(t *testing.T) {
+	t.Helper()
+	t.Parallel()
+}

@@ -196,6 +196,7 @@ func viaGate(url string) string { return `probe http-proxy "$HTTP_PROXY" ` + url
 // back; an allowed name resolving to an internal address stays refused; all
 // of it is in the audit with who did it.
 func TestLiveAllowDeny(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig())
 	plainControl(t, base, "tcp", testhost.Internal["private"]+":80")
@@ -386,6 +387,7 @@ func (w *watcher) next(wait time.Duration) map[string]any {
 // watch: an answer admits it, no answer refuses it after the timeout, no
 // watcher refuses it at once, and a listed name is never asked about.
 func TestLiveAsk(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig()+"ask = true\nask_timeout = 2\n")
 	// Nothing could hold a request without a gate of the session's own.
@@ -488,6 +490,7 @@ echo "listed=$c ms=$((t1-t0))"; wait $bg; echo "waiting=$?"`)
 // session's sockets live on the host — to answer it or widen its allowlist.
 // Nothing works: its request is refused at the timeout, nothing changed.
 func TestLiveAgentCannotSteer(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig()+"ask = true\nask_timeout = 3\n")
 	s := startLive(t, a, "--allow", "allowed.test")

@@ -29,6 +29,7 @@ func plainControl(t *testing.T, base string, probeArgs ...string) {
 }
 
 func TestNetNone(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig())
 	up := testhost.UpstreamAddr
@@ -45,6 +46,7 @@ func TestNetNone(t *testing.T) {
 }
 
 func TestNoGate(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig())
 	up := testhost.UpstreamAddr
@@ -80,6 +82,7 @@ func TestNoGate(t *testing.T) {
 }
 
 func TestNetOpen(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), "")
 	r := a.run(t, "run", "--net", "open", "--harness", "shell", "--", "probe", "tcp", testhost.UpstreamAddr+":22")
 	if r.Code != 0 || !strings.Contains(r.Stderr, "WARNING: network mode open") {
@@ -90,6 +93,7 @@ func TestNetOpen(t *testing.T) {
 // TestExplicitEnvironment: only named variables enter, their values never
 // appear in any process's arguments, and a named but unset one is an error.
 func TestExplicitEnvironment(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), "")
 	secret := "s3cr3t-" + time.Now().Format("150405.000000")
 	writeUserFile(t, filepath.Join(a.project, "env.sh"), "printenv SECRET_TOKEN; printenv FOO; printenv HOME; printenv OTHER_SECRET || echo no-other; sleep 3\n")
@@ -126,6 +130,8 @@ func findInCmdlines(s string) string {
 // TestLimits: on this host Podman would ignore cgroup limits; aisb refuses
 // them, and the rlimit fallback really bounds processes and memory.
 func TestLimits(t *testing.T) {
+	// Sequential: nproc counts every process of the test user on the host,
+	// other tests' sessions too (docs/networking.md, resource exhaustion).
 	a := newAisb(t, testBaseImage(t), "")
 	r := a.run(t, "run", "--harness", "shell", "--pids", "64", "--", "true")
 	if r.Code == 0 || !strings.Contains(r.Stderr, "cannot be enforced") || !strings.Contains(r.Stderr, "--rlimit-fallback") {
@@ -157,6 +163,7 @@ func TestLimits(t *testing.T) {
 // mode; also when the command closes its output and runs on (aisb takes the
 // attach's end for the exit, and checks: sandbox/box.go).
 func TestExitStatus(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	for _, mode := range []string{"none", "allow"} {
 		if r := a.run(t, "run", "--net", mode, "--harness", "shell", "--", "sh", "-c", "exit 3"); r.Code != 3 {
@@ -181,6 +188,7 @@ func TestExitStatus(t *testing.T) {
 // image's build context, whose modes the image keeps, is the image
 // package's TestContextModesIgnoreUmask.)
 func TestRestrictiveUmask(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	run := func(args ...string) testhost.Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -209,6 +217,7 @@ func TestRestrictiveUmask(t *testing.T) {
 // TestProjectFileNarrowsUntilTrusted: a repository's .aisb.toml cannot add a
 // host to the sandbox's reach until the user trusts its exact content.
 func TestProjectFileNarrowsUntilTrusted(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig()+"allowed_hosts = [\"allowed.test\"]\n")
 	project := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"other.test\"]\n"
 	writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), project)

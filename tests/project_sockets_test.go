@@ -55,6 +55,7 @@ func serveUnix(t *testing.T, addr string) *atomic.Int32 {
 // limit). Control: the host reaches the socket, and the project without it
 // starts.
 func TestProjectSockets(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), "")
 	probe := testhost.Binary(t, "tests/probe")
 	dir := filepath.Join(a.project, "tmp", "sockets")
@@ -105,6 +106,7 @@ func TestProjectSockets(t *testing.T) {
 // namespace, and every mode gives the sandbox its own, so a host service on
 // one is out of reach. Control: the host reaches it.
 func TestAbstractSocketsStayOnTheHost(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), "")
 	probe := testhost.Binary(t, "tests/probe")
 	b := make([]byte, 6)

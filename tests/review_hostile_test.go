@@ -223,6 +223,7 @@ func hostileProject(t *testing.T, dir, outside string) {
 // agent's tree (its fifo skipped) and writes nothing outside the project,
 // neither through the agent's symlink nor through the host's.
 func TestReviewHostileAgent(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "")
 	outside := testhost.UserDir(t)
 	hostileProject(t, a.project, outside)
@@ -339,6 +340,7 @@ func TestReviewHostileAgent(t *testing.T) {
 // A sparse terabyte costs the agent nothing; aisb review lists it without
 // reading it, and --apply refuses before writing anything, naming it.
 func TestReviewHugeSparseFile(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "")
 	writeUserFile(t, filepath.Join(a.project, "keep.txt"), "keep\n")
 	before := hexTree(t, a.project)

@@ -189,6 +189,7 @@ func reviewSessions(t *testing.T, a *aisbUser) []string {
 // leaves the project as it was; --apply reproduces the agent's tree byte
 // for byte, modes included; the upper layer goes either way.
 func TestReviewMode(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "")
 	reviewProject(t, a.project)
 	before := hostTree(t, a.project)
@@ -291,6 +292,7 @@ func TestReviewMode(t *testing.T) {
 // would bypass the review); the files are reviewed and applied, and a
 // rewritten .git file is flagged first.
 func TestReviewGitWorktree(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "")
 	mainRepo := filepath.Join(a.project, "main")
 	wt := filepath.Join(a.project, "wt")

@@ -14,6 +14,7 @@ import (
 // container with no sandbox reaches the upstream's 80, 443, 22 and 53 directly,
 // under both network helpers. Every block test of the suite pairs with this.
 func TestHostSmoke(t *testing.T) {
+	parallel(t)
 	testhost.Require(t)
 	probe := testhost.Binary(t, "tests/probe")
 	up := testhost.UpstreamAddr

@@ -136,6 +136,7 @@ func serverLog(t *testing.T, repo string) string {
 // TestSSHGitThroughGate: clone, fetch and push over SSH to a listed host
 // work with --ssh-agent, and the sandbox holds no private key.
 func TestSSHGitThroughGate(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	f := newSSHFixture(t)
 	// Control: the same operation from the host, no sandbox.

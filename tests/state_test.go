@@ -150,6 +150,7 @@ func tarFiles(t *testing.T, b []byte) map[string]string {
 // not in another project's session nor in a --fresh one; the directories are
 // the agent's; ls, export and rm see the volume; the host's home is untouched.
 func TestStateKeptPerProject(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "")
 	home, env := fakeHome(t)
 	before := treeDigest(t, home)
@@ -281,6 +282,7 @@ func TestStateKeptPerProject(t *testing.T) {
 // projects; a project's .aisb.toml can narrow it to "none" but cannot widen
 // "project" to "harness".
 func TestStateHarnessScope(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "version = 1\n[sandbox]\nstate = \"harness\"\n")
 	b := newAisb(t, testhost.BaseImage, "")
 	b.config, b.state = a.config, a.state
@@ -327,6 +329,7 @@ func TestStateHarnessScope(t *testing.T) {
 // this project's volume, never auth.json unless --with-credentials (with a
 // warning), never through a symbolic link; the host's home is untouched.
 func TestStateImport(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testhost.BaseImage, "")
 	home, env := fakeHome(t)
 	before := treeDigest(t, home)

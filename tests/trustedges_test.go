@@ -18,6 +18,7 @@ import (
 // mount it (the agent would rewrite aisb's own configuration and the user's
 // shell startup files); -C names the project without cd.
 func TestRefuseHomeAsProject(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), "")
 	home := testhost.UserDir(t)
 	conf := filepath.Join(home, ".config", "aisb", "config.toml")
@@ -170,6 +171,7 @@ func userCat(t *testing.T, path string) string {
 // sessions are let through to, a follower.pid written there does not make
 // gate down kill another process, and --gate says what it does not apply.
 func TestLongLivedGateState(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	if r := a.run(t, "gate", "up", "--allow", "allowed.test", "shared"); r.Code != 0 {
 		t.Fatalf("gate up: %s", r)
@@ -262,6 +264,7 @@ func findChild(t *testing.T, pid int, name string) int {
 // TestAuditCapped: a session's audit stops growing at its cap, and says so
 // in an event, however many requests the agent makes.
 func TestAuditCapped(t *testing.T) {
+	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig()+"[logs]\nsession_max = \"8k\"\n")
 	r := a.run(t, "run", "--harness", "shell", "--", "sh", "-c",
 		"for i in $(seq 1500); do probe http-proxy $HTTP_PROXY http://unlisted.test/$i >/dev/null; done; echo done")

@@ -14,6 +14,7 @@ import (
 // commit, and the commit is on the branch at the host; the main repository's
 // hooks and config stay read-only.
 func TestWorktreeProject(t *testing.T) {
+	parallel(t)
 	base := testBaseImage(t)
 	a := newAisb(t, base, "")
 	root := testhost.UserDir(t)
