@@ -284,10 +284,32 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("start gate: 127.0.0.1:%d and :%d did not both accept connections within %s: %s", g.Port, g.TLSPort, timeout, g.squidError())
+			return fmt.Errorf("start gate: not ready within %s (%s): %s", timeout, g.notReady(), g.squidError())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// notReady says which of waitReady's conditions is unmet, with what the
+// socket table shows on the gate's ports, so that a gate that never became
+// ready says why.
+func (g *Gate) notReady() string {
+	var why []string
+	if !g.hold.sawCheck() && !g.tlsPortChecked() {
+		why = append(why, "squid's check of its TLS port was not seen")
+	}
+	if g.hold.held() {
+		why = append(why, "aisb still holds the TLS port")
+	}
+	l, err := listeners()
+	if err != nil {
+		return strings.Join(append(why, fmt.Sprintf("socket table: %v", err)), "; ")
+	}
+	if g.uidKnown {
+		why = append(why, fmt.Sprintf("squid's uid %d", g.squidUID))
+	}
+	why = append(why, fmt.Sprintf("listener uids on 127.0.0.1:%d %v, on :%d %v", g.Port, l[g.Port], g.TLSPort, l[g.TLSPort]))
+	return strings.Join(why, "; ")
 }
 
 // tlsPortUp reports whether squid has found its TLS port up (its check

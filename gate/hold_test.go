@@ -3,10 +3,12 @@ package gate
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -141,5 +143,27 @@ func TestSquidListening(t *testing.T) {
 	second.Close()
 	if g.tlsPortShared() != nil {
 		t.Error("one listener on the TLS port taken for two")
+	}
+}
+
+// TestNotReadySaysWhy: a gate that never became ready names the unmet
+// condition and what listens on its ports.
+func TestNotReadySaysWhy(t *testing.T) {
+	h, tlsPort, err := holdPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.release()
+	g := &Gate{Port: 1, TLSPort: tlsPort, Dir: t.TempDir(), hold: h, squidUID: os.Geteuid(), uidKnown: true}
+	got := g.notReady()
+	for _, want := range []string{"check of its TLS port was not seen", "aisb still holds the TLS port",
+		fmt.Sprintf("on :%d [%d]", tlsPort, os.Geteuid()), "on 127.0.0.1:1 []"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("notReady() = %q, lacks %q", got, want)
+		}
+	}
+	h.release()
+	if got := g.notReady(); strings.Contains(got, "still holds") {
+		t.Errorf("after the release: %q", got)
 	}
 }
