@@ -51,6 +51,9 @@ var ErrNotState = errors.New("not an aisb state volume")
 // another harness, scope or project.
 var ErrOtherScope = errors.New("made for another harness, scope or project")
 
+// ErrNoVolume is returned for a name no volume has exactly.
+var ErrNoVolume = errors.New("no volume has this exact name")
+
 // ErrNoState is returned for a harness that keeps no state (the shell).
 var ErrNoState = errors.New("this harness keeps no state")
 
@@ -164,10 +167,18 @@ func Mounts(name string, st harness.State) []*specgen.NamedVolume {
 	return out
 }
 
+// inspect is the state volume named name, exactly. Podman's own CLI takes a
+// unique prefix of a volume's name for the name (`podman volume rm
+// aisb-state-pi`, with no harness-scope volume, removes the one project
+// volume that begins so); its API looks names up exactly today, and aisb
+// checks the name it gets back so that it never acts on another volume.
 func inspect(c *engine.Conn, name string) (*entitiesTypes.VolumeConfigResponse, error) {
 	v, err := volumes.Inspect(c.Ctx, name, nil)
 	if err != nil {
 		return nil, fmt.Errorf("state volume %s: %w", name, err)
+	}
+	if v.Name != name {
+		return nil, fmt.Errorf("state volume %s: %w (Podman matched %s by its prefix)", name, ErrNoVolume, v.Name)
 	}
 	if v.Labels[engine.LabelKind] != KindState || !strings.HasPrefix(name, namePrefix) {
 		return nil, fmt.Errorf("volume %s: %w", name, ErrNotState)

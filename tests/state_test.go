@@ -257,6 +257,14 @@ func TestStateKeptPerProject(t *testing.T) {
 		t.Errorf("aisb state export -o: the tar lacks the session's files: %v", got)
 	}
 
+	// A name that only begins the volume's (Podman's CLI would take it for
+	// the volume) removes nothing; the volume is still listed.
+	if r = a.runEnv(t, env, "state", "rm", v.Name[:len(v.Name)-2]); r.Code == 0 {
+		t.Errorf("aisb state rm of a prefix of %s: %s", v.Name, r)
+	}
+	if _, ok := a.projectVolume(t, env, "pi"); !ok {
+		t.Fatalf("aisb state rm of a prefix removed %s", v.Name)
+	}
 	// rm, right after a session of the volume (its exited sandbox, which
 	// the session's watchdog removes moments later, does not keep it): gone
 	// from ls, and the next session starts empty.
@@ -288,8 +296,8 @@ func TestStateHarnessScope(t *testing.T) {
 	b.config, b.state = a.config, a.state
 	_, env := fakeHome(t)
 	name := "aisb-state-pi"
-	testhost.Podman(t, "volume", "rm", "-f", name)
-	t.Cleanup(func() { testhost.Podman(t, "volume", "rm", "-f", name) })
+	removeVolume(t, name)
+	t.Cleanup(func() { removeVolume(t, name) })
 	run := func(a *aisbUser, args ...string) testhost.Result {
 		t.Helper()
 		r := a.runEnv(t, env, append([]string{"run", "--harness", "pi", "--net", "none", "--"}, args...)...)
@@ -424,6 +432,15 @@ func TestStatePiTerminal(t *testing.T) {
 }
 
 // removeStateVolumes removes the state volumes of a test's project.
+// removeVolume removes the volume of exactly this name, if there is one:
+// `podman volume rm` alone would remove another volume whose name begins
+// with it (another test's project volume, for aisb-state-pi).
+func removeVolume(t *testing.T, name string) {
+	if testhost.Podman(t, "volume", "exists", name).Code == 0 {
+		testhost.Podman(t, "volume", "rm", "-f", name)
+	}
+}
+
 func removeStateVolumes(t *testing.T, project string) {
 	r := testhost.Podman(t, "volume", "ls", "-q", "--filter", "label="+statevol.LabelProject+"="+project)
 	for _, name := range strings.Fields(r.Stdout) {
