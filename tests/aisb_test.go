@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -30,7 +31,46 @@ type aisbUser struct {
 	base    string   // AISB_BASE_IMAGE
 	helpers []string // AISB_ENTRYPOINT=…, AISB_GATEHELPER=…: each binary is built in a directory of its own
 	private bool     // no CONTAINER_HOST: aisb starts its own podman service
-	host    string   // CONTAINER_HOST instead of the tests' shared service
+	host    string   // CONTAINER_HOST instead of the test's own service
+	svc     *services
+}
+
+// services are the Podman services an aisbUser's invocations use: one per
+// test (or subtest), started on first use, as a user's service serves all
+// of their sessions. A service per invocation, kept until the test ended,
+// had some twenty services running with tests side by side, and their
+// starts took over 10 s.
+type services struct {
+	mu  sync.Mutex
+	uri map[*testing.T]string
+}
+
+// service is t's Podman service for a. Before it is stopped, when t ends,
+// a's sessions' watchdogs get to finish their gates and sandboxes: a session
+// must not leave containers for another test's aisb to reap.
+func (a *aisbUser) service(t *testing.T) string {
+	a.svc.mu.Lock()
+	defer a.svc.mu.Unlock()
+	if uri, ok := a.svc.uri[t]; ok {
+		return uri
+	}
+	uri := testhost.Service(t)
+	t.Cleanup(func() { a.settle(t) }) // runs before the service's own cleanup
+	a.svc.uri[t] = uri
+	return uri
+}
+
+// settle waits (up to 10 s) until no container of a's sessions remains.
+func (a *aisbUser) settle(t *testing.T) {
+	waitFor(10*time.Second, func() bool {
+		for _, id := range a.sessionIDs(t) {
+			r := testhost.Podman(t, "ps", "-a", "-q", "--filter", "label="+engine.LabelSession+"="+id)
+			if strings.TrimSpace(r.Stdout) != "" {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func newAisb(t *testing.T, base, configTOML string) *aisbUser {
@@ -42,6 +82,7 @@ func newAisb(t *testing.T, base, configTOML string) *aisbUser {
 		config:  testhost.UserDir(t),
 		state:   testhost.UserDir(t),
 		base:    base,
+		svc:     &services{uri: map[*testing.T]string{}},
 	}
 	a.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(t, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(t, "cmd/aisb-gatehelper")}
 	t.Cleanup(func() { removeStateVolumes(t, a.project) })
@@ -76,7 +117,7 @@ func (a *aisbUser) command(t *testing.T, ctx context.Context, args ...string) []
 	case a.host != "":
 		env = append(env, "CONTAINER_HOST="+a.host)
 	case !a.private:
-		env = append(env, "CONTAINER_HOST="+testhost.Service(t))
+		env = append(env, "CONTAINER_HOST="+a.service(t))
 	}
 	return append(append(append([]string{"env"}, env...), a.bin), args...)
 }

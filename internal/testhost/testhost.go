@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -195,13 +196,28 @@ func binDir(t testing.TB) string {
 
 // Binary builds the static Go program in the package pkg (relative to the
 // repository) into the test's binary directory and returns its path. Go's
-// build cache makes a rebuild a relink (about 2 s for aisb).
+// build cache makes a rebuild a relink (3-4 s for aisb on a 2-core VM);
+// where ShareBuilds is on, each program is built once per test process and
+// copied into the test's directory.
 func Binary(t testing.TB, pkg string, tags ...string) string {
 	t.Helper()
 	out := filepath.Join(binDir(t), filepath.Base(pkg))
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
+	if src, ok := sharedBuild(t, pkg, tags); ok {
+		if err := copyFile(src, out); err != nil {
+			t.Fatalf("copy %s: %v", pkg, err)
+		}
+		return out
+	}
+	if err := build(pkg, tags, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func build(pkg string, tags []string, out string) error {
 	args := []string{"build", "-o", out}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, " "))
@@ -210,9 +226,83 @@ func Binary(t testing.TB, pkg string, tags ...string) string {
 	cmd.Dir = RepoPath(".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", pkg, err, b)
+		return fmt.Errorf("build %s: %v\n%s", pkg, err, b)
 	}
-	return out
+	return nil
+}
+
+// shared holds the builds of ShareBuilds: one per package and tags.
+var shared struct {
+	sync.Mutex
+	dir    string // "" while ShareBuilds is off
+	builds map[string]*sharedProgram
+}
+
+type sharedProgram struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// ShareBuilds makes Binary build each program once for the whole test
+// process (a package's TestMain calls it; tests running side by side then
+// do not each relink aisb) and returns the function that removes those
+// builds, for TestMain to call after the tests.
+func ShareBuilds() (remove func(), err error) {
+	dir, err := os.MkdirTemp("", "aisb-test-builds-")
+	if err != nil {
+		return nil, err
+	}
+	shared.Lock()
+	shared.dir, shared.builds = dir, map[string]*sharedProgram{}
+	shared.Unlock()
+	return func() { os.RemoveAll(dir) }, nil
+}
+
+// sharedBuild returns the process's build of pkg, building it on first use;
+// ok is false where ShareBuilds is off.
+func sharedBuild(t testing.TB, pkg string, tags []string) (path string, ok bool) {
+	t.Helper()
+	shared.Lock()
+	if shared.dir == "" {
+		shared.Unlock()
+		return "", false
+	}
+	key := pkg + " " + strings.Join(tags, " ")
+	p := shared.builds[key]
+	if p == nil {
+		p = &sharedProgram{path: filepath.Join(shared.dir, strconv.Itoa(len(shared.builds)), filepath.Base(pkg))}
+		shared.builds[key] = p
+	}
+	shared.Unlock()
+	p.once.Do(func() {
+		if p.err = os.MkdirAll(filepath.Dir(p.path), 0o755); p.err == nil {
+			p.err = build(pkg, tags, p.path)
+		}
+	})
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return p.path, true
+}
+
+// copyFile copies the executable src to dst (a copy, not a link: a test may
+// change its own binary without touching another's).
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // DNSQueries returns the names the upstream's resolver was asked for since
@@ -282,9 +372,11 @@ func startService(t testing.TB, env []string) (string, *exec.Cmd) {
 		if _, err := os.Stat(sock); err == nil {
 			return "unix://" + sock, cmd
 		}
-		if i == 200 {
+		// A minute: with three tests side by side on 2 cores (builds
+		// among them), a service once took over 10 s to come up.
+		if i == 1200 {
 			cmd.Process.Kill()
-			t.Fatalf("podman service socket %s did not appear", sock)
+			t.Fatalf("podman service socket %s did not appear within a minute", sock)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
