@@ -266,6 +266,14 @@ func ptr[T any](v T) *T { return &v }
 // table and the log are read every few milliseconds (both are cheap); the
 // service is asked whether squid still runs only now and then, and once
 // more when it is ready, which records squid's process.
+//
+// The service can take long to answer: right after the pi image was built,
+// while the first sandbox of it started beside the gate, asking whether
+// squid runs took 20.5 s on a 2-core VM (the gate was ready within 0.6 s;
+// every CI run from nothing failed TestCredentialsPiHarness so). So the
+// deadline is checked right after the table, never right after a question
+// to the service: a gate that became ready while the service kept aisb
+// waiting is ready.
 func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
@@ -280,11 +288,11 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 			}
 			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
-		if i%50 == 49 && !g.running(c) {
-			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
-		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("start gate: not ready within %s (%s): %s", timeout, g.notReady(), g.squidError())
+		}
+		if i%50 == 49 && !g.running(c) {
+			return fmt.Errorf("start gate: squid exited: %s", g.squidError())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -295,11 +303,14 @@ func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
 // ready says why.
 func (g *Gate) notReady() string {
 	var why []string
-	if !g.hold.sawCheck() && !g.tlsPortChecked() {
+	atHold, inLog := g.hold.sawCheck(), g.tlsPortChecked()
+	if !atHold && !inLog {
 		why = append(why, "squid's check of its TLS port was not seen")
+	} else {
+		why = append(why, fmt.Sprintf("squid's check seen at aisb's hold: %t, in the access log: %t", atHold, inLog))
 	}
 	if g.hold.held() {
-		why = append(why, "aisb still holds the TLS port")
+		why = append(why, fmt.Sprintf("aisb still holds the TLS port (it took %d connections, squid's check %s after it was made)", g.hold.conns.Load(), g.hold.checkDelay()))
 	}
 	l, err := listeners()
 	if err != nil {

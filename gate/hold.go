@@ -42,7 +42,10 @@ import (
 // after the hold: WatchAlive stops the gate if another socket ever joins it.
 type portHold struct {
 	ln      net.Listener
-	checked atomic.Bool // squid's check (a connection from SelfAddr) arrived
+	checked atomic.Bool  // squid's check (a connection from SelfAddr) arrived
+	conns   atomic.Int64 // connections the hold took, squid's check among them (for errors)
+	made    time.Time
+	checkAt atomic.Int64 // when squid's check arrived (UnixNano), for errors
 	once    sync.Once
 	done    chan struct{}
 }
@@ -64,7 +67,7 @@ func holdPort() (*portHold, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	h := &portHold{ln: ln, done: make(chan struct{})}
+	h := &portHold{ln: ln, done: make(chan struct{}), made: time.Now()}
 	go h.accept()
 	return h, ln.Addr().(*net.TCPAddr).Port, nil
 }
@@ -85,7 +88,9 @@ func (h *portHold) accept() {
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
+		h.conns.Add(1)
 		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && a.IP.String() == SelfAddr {
+			h.checkAt.CompareAndSwap(0, time.Now().UnixNano())
 			h.checked.Store(true)
 		}
 		c.Close()
@@ -103,6 +108,15 @@ func (h *portHold) held() bool {
 	default:
 		return true
 	}
+}
+
+// checkDelay is how long after the hold was made squid's check reached it.
+func (h *portHold) checkDelay() string {
+	at := h.checkAt.Load()
+	if at == 0 {
+		return "never"
+	}
+	return time.Unix(0, at).Sub(h.made).Round(time.Millisecond).String()
 }
 
 // sawCheck reports whether squid's check of its TLS port reached the hold.
