@@ -62,15 +62,7 @@ func (a *aisbUser) service(t *testing.T) string {
 
 // settle waits (up to 10 s) until no container of a's sessions remains.
 func (a *aisbUser) settle(t *testing.T) {
-	waitFor(10*time.Second, func() bool {
-		for _, id := range a.sessionIDs(t) {
-			r := testhost.Podman(t, "ps", "-a", "-q", "--filter", "label="+engine.LabelSession+"="+id)
-			if strings.TrimSpace(r.Stdout) != "" {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(10*time.Second, func() bool { return len(a.containers(t)) == 0 })
 }
 
 func newAisb(t *testing.T, base, configTOML string) *aisbUser {
@@ -148,6 +140,22 @@ func (a *aisbUser) runEnv(t *testing.T, env []string, args ...string) testhost.R
 	cmd := testhost.UserCommand(ctx, argv...)
 	cmd.Dir = a.project
 	return testhost.Run(t, cmd)
+}
+
+// containers are the names of the containers of a's sessions, those
+// matching every filter (podman ps --filter) given too; other tests'
+// sessions may be running beside them.
+func (a *aisbUser) containers(t *testing.T, filters ...string) []string {
+	t.Helper()
+	var names []string
+	for _, id := range a.sessionIDs(t) {
+		args := []string{"ps", "-a", "--filter", "label=" + engine.LabelSession + "=" + id, "--format", "{{.Names}}"}
+		for _, f := range filters {
+			args = append(args, "--filter", f)
+		}
+		names = append(names, strings.Fields(testhost.Podman(t, args...).Stdout)...)
+	}
+	return names
 }
 
 // sessionIDs are the ids of a's sessions so far, from its state directory.

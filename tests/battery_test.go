@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -203,17 +202,12 @@ func TestEscapeBattery(t *testing.T) {
 // sessions, by their label: other tests' sessions may be running.
 func assertNothingLeft(t *testing.T, a *aisbUser) {
 	t.Helper()
-	sessions := a.sessionIDs(t)
-	if len(sessions) == 0 {
+	if len(a.sessionIDs(t)) == 0 {
 		t.Fatalf("control: no session directory under %s", a.state)
 	}
 	var names []string
 	waitFor(5*time.Second, func() bool {
-		names = nil
-		for _, id := range sessions {
-			r := testhost.Podman(t, "ps", "-a", "--filter", "label="+engine.LabelSession+"="+id, "--format", "{{.Names}}")
-			names = append(names, strings.Fields(r.Stdout)...)
-		}
+		names = a.containers(t)
 		return len(names) == 0
 	})
 	if len(names) > 0 {

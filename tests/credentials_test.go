@@ -410,11 +410,8 @@ func checkSSE(t *testing.T, out string) {
 // as text. Only a's: other tests' sandboxes may be running.
 func inspectSandboxes(t *testing.T, a *aisbUser) string {
 	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		for _, id := range a.sessionIDs(t) {
-			r := testhost.Podman(t, "ps", "-q", "--filter", "label=io.aisb.kind=sandbox", "--filter", "label="+engine.LabelSession+"="+id)
-			if ids := strings.Fields(r.Stdout); len(ids) > 0 {
-				return testhost.Podman(t, append([]string{"inspect"}, ids...)...).Stdout
-			}
+		if names := a.containers(t, "label="+engine.LabelKind+"=sandbox", "status=running"); len(names) > 0 {
+			return testhost.Podman(t, append([]string{"inspect"}, names...)...).Stdout
 		}
 	}
 	return "no sandbox was running to inspect"

@@ -431,7 +431,6 @@ func TestStatePiTerminal(t *testing.T) {
 	homeUnchanged(t, before, treeDigest(t, home))
 }
 
-// removeStateVolumes removes the state volumes of a test's project.
 // removeVolume removes the volume of exactly this name, if there is one:
 // `podman volume rm` alone would remove another volume whose name begins
 // with it (another test's project volume, for aisb-state-pi).
@@ -441,6 +440,7 @@ func removeVolume(t *testing.T, name string) {
 	}
 }
 
+// removeStateVolumes removes the state volumes of a test's project.
 func removeStateVolumes(t *testing.T, project string) {
 	r := testhost.Podman(t, "volume", "ls", "-q", "--filter", "label="+statevol.LabelProject+"="+project)
 	for _, name := range strings.Fields(r.Stdout) {
