@@ -244,6 +244,9 @@ func TestRenderHelperOnlyForUnlisted(t *testing.T) {
 		if !strings.Contains(conf, "external_acl_type gate_live_helper ttl=0 negative_ttl=0 grace=0 ") {
 			t.Errorf("%v: no helper definition, or its answers are cached", list)
 		}
+		if !strings.Contains(conf, " children-startup=0 ") {
+			t.Errorf("%v: the live helper is started with squid, not on its first question", list)
+		}
 		var asking []string
 		for _, l := range strings.Split(conf, "\n") {
 			if !strings.HasPrefix(l, "http_access") || !strings.Contains(l, "gate_live") {
