@@ -40,12 +40,12 @@ family packet AF_PACKET SOCK_DGRAM
 
 func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, helper string) {
 	shell, _ := harness.Lookup("shell")
-	epBytes, err := os.ReadFile(o.Entrypoint)
+	ep, err := image.Digest(o.Entrypoint, o.Paths.DigestDir())
 	if err != nil {
 		r.add("sandbox image", Fail, "read aisb-entrypoint: %v", err)
 		return
 	}
-	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.BaseImage, shell, epBytes), image.Build{LockDir: o.Paths.LockDir(), Output: o.Builds, Logf: o.Logf})
+	img, _, err := image.Ensure(c, sandbox.ImageSpec(o.BaseImage, shell, ep), image.Build{LockDir: o.Paths.LockDir(), Output: o.Builds, Logf: o.Logf})
 	if err != nil {
 		r.add("sandbox image", Fail, "%v", err)
 		return

@@ -27,7 +27,7 @@ import (
 type Spec struct {
 	Name          string            // repository under localhost/, e.g. "aisb-gate"
 	Containerfile []byte            // built with ARG BASE_IMAGE
-	Files         map[string][]byte // more files in the build context
+	Files         map[string]File   // more files in the build context, by name there
 	BaseImage     string            // passed as BASE_IMAGE
 	Args          map[string]string // more build arguments
 }
@@ -52,9 +52,8 @@ const Label = "io.aisb.inputs"
 // base image's ID and the extra inputs; baseID must be the resolved ID.
 func (s Spec) Tag(baseID string) string { return s.Hash().Tag(baseID) }
 
-// Hashed is a Spec with its Containerfile and files already hashed: the
-// costly part of its tag (the sandbox's holds the entrypoint binary, some
-// megabytes), which can run before Podman answers.
+// Hashed is a Spec with its Containerfile and files' digests already
+// hashed: the part of its tag that does not depend on Podman.
 type Hashed struct {
 	Spec  Spec
 	state []byte // the hash so far (encoding.BinaryMarshaler)
@@ -71,8 +70,8 @@ func (s Spec) Hash() Hashed {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(h, "file %s %d\n", n, len(s.Files[n]))
-		h.Write(s.Files[n])
+		f := s.Files[n]
+		fmt.Fprintf(h, "file %s %d %x\n", n, f.Size, f.Sum)
 	}
 	st, err := h.(encoding.BinaryMarshaler).MarshalBinary()
 	if err != nil {
@@ -239,7 +238,11 @@ func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
 // ssh ProxyCommand, say).
 func writeContext(dir string, s Spec) error {
 	files := map[string][]byte{"Containerfile": s.Containerfile}
-	for n, b := range s.Files {
+	for n, f := range s.Files {
+		b, err := f.content()
+		if err != nil {
+			return err
+		}
 		files[n] = b
 	}
 	for n, b := range files {

@@ -13,11 +13,11 @@ import (
 )
 
 // ImageSpec is the sandbox image for a harness on a base.
-func ImageSpec(base string, h harness.Preset, entrypointBinary []byte) image.Spec {
+func ImageSpec(base string, h harness.Preset, entrypoint image.File) image.Spec {
 	return image.Spec{
 		Name:          "aisb-sandbox-" + h.Name,
 		Containerfile: aisb.Containerfile,
-		Files:         map[string][]byte{"aisb-entrypoint": entrypointBinary},
+		Files:         map[string]image.File{"aisb-entrypoint": entrypoint},
 		BaseImage:     base,
 		Args:          map[string]string{"HARNESS_NPM": h.NPM, "STATE_DIRS": strings.Join(h.State.Dirs, " ")},
 	}

@@ -2,7 +2,6 @@ package session
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
@@ -27,13 +26,13 @@ func hashImages(o Options, h harness.Preset) func() ([]image.Hashed, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		epBytes, err := os.ReadFile(o.Entrypoint)
+		ep, err := image.Digest(o.Entrypoint, o.Paths.DigestDir())
 		if err != nil {
 			done <- result{err: fmt.Errorf("read aisb-entrypoint: %w", err)}
 			return
 		}
 		base := o.Config.Config.Sandbox.BaseImage
-		specs := []image.Hashed{sandbox.ImageSpec(base, h, epBytes).Hash()}
+		specs := []image.Hashed{sandbox.ImageSpec(base, h, ep).Hash()}
 		if ownGate(o) {
 			specs = append(specs, gate.ImageSpec(base).Hash())
 		}

@@ -73,6 +73,10 @@ func (p Paths) RunningDir() string { return filepath.Join(p.State, "running") }
 // directory another user can write.
 func (p Paths) LockDir() string { return filepath.Join(p.Runtime, "aisb") }
 
+// DigestDir remembers the digests of image input files (image.Digest): in
+// the user's runtime directory, so a reboot forgets them.
+func (p Paths) DigestDir() string { return filepath.Join(p.Runtime, "aisb", "digests") }
+
 // NewSessionID is sortable by start time and unique: 20261129-112233-a1b2c3.
 func NewSessionID() string {
 	b := make([]byte, 3)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -62,7 +61,7 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	epBytes, err := os.ReadFile(ep)
+	epFile, err := image.Digest(ep, e.paths.DigestDir())
 	if err != nil {
 		return err
 	}
@@ -71,7 +70,7 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	defer conn.Close()
-	for _, spec := range []image.Spec{sandbox.ImageSpec(r.Config.Sandbox.BaseImage, h, epBytes), gate.ImageSpec(r.Config.Sandbox.BaseImage)} {
+	for _, spec := range []image.Spec{sandbox.ImageSpec(r.Config.Sandbox.BaseImage, h, epFile), gate.ImageSpec(r.Config.Sandbox.BaseImage)} {
 		start := time.Now()
 		tag, built, err := image.Ensure(conn, spec, image.Build{LockDir: e.paths.LockDir(), Output: e.builds(c), Logf: e.logf})
 		if err != nil {
