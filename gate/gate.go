@@ -34,8 +34,12 @@ var containerfile []byte
 
 // ImageSpec is the gate image on base.
 func ImageSpec(base string) image.Spec {
-	return image.Spec{Name: "aisb-gate", Containerfile: containerfile, BaseImage: base}
+	return image.Spec{Name: "aisb-gate", Containerfile: containerfile, BaseImage: base, UserNS: userNS}
 }
+
+// userNS is the gate's user namespace: squid runs as Debian's proxy user,
+// which is the host user.
+var userNS = fmt.Sprintf("keep-id:uid=%d,gid=%d", proxyUID, proxyUID)
 
 // dirInContainer is where the session directory is mounted in the gate.
 const dirInContainer = "/gate"
@@ -211,7 +215,7 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 	// waits shutdown_lifetime and often outlasts podman's stop timeout.
 	s.StopSignal = ptr(syscall.SIGINT)
 	s.NetNS = specgen.Namespace{NSMode: specgen.Host}
-	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", proxyUID, proxyUID))
+	userns, err := specgen.ParseUserNamespace(userNS)
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}

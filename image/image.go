@@ -30,6 +30,11 @@ type Spec struct {
 	Files         map[string]File   // more files in the build context, by name there
 	BaseImage     string            // passed as BASE_IMAGE
 	Args          map[string]string // more build arguments
+	// UserNS is the user namespace the image's containers run in
+	// (specgen's form, "keep-id:uid=1000,gid=1000"): the build ends by
+	// having Podman prepare the image for it (prepare). Not an input of the
+	// image: the tag does not say it.
+	UserNS string
 }
 
 // Build says where a build may lock and report.
@@ -228,6 +233,7 @@ func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
 	if err != nil {
 		return "", false, fmt.Errorf("build %s: %w", tag, err)
 	}
+	prepare(c, s, tag, b)
 	return tag, true, nil
 }
 

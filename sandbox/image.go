@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	aisb "github.com/aisb-dev/aisb"
+	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/harness"
 	"github.com/aisb-dev/aisb/image"
 )
@@ -20,8 +21,13 @@ func ImageSpec(base string, h harness.Preset, entrypoint image.File) image.Spec 
 		Files:         map[string]image.File{"aisb-entrypoint": entrypoint},
 		BaseImage:     base,
 		Args:          map[string]string{"HARNESS_NPM": h.NPM, "STATE_DIRS": strings.Join(h.State.Dirs, " ")},
+		UserNS:        userNS,
 	}
 }
+
+// userNS is the sandbox's user namespace: root inside is the entrypoint's,
+// for its first moments; the agent's uid 1000 is the host user.
+var userNS = fmt.Sprintf("keep-id:uid=%d,gid=%d", contract.AgentUID, contract.AgentGID)
 
 // FindEntrypoint returns the aisb-entrypoint binary: override when set
 // ($AISB_ENTRYPOINT), else next to the running aisb (where both make and go

@@ -120,7 +120,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	// Root of the user namespace for the entrypoint's first moments; it
 	// becomes uid 1000 (the host user, through keep-id) before exec.
 	s.User = "0:0"
-	userns, err := specgen.ParseUserNamespace(fmt.Sprintf("keep-id:uid=%d,gid=%d", contract.AgentUID, contract.AgentGID))
+	userns, err := specgen.ParseUserNamespace(userNS)
 	if err != nil {
 		return nil, err
 	}

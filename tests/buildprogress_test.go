@@ -109,6 +109,15 @@ func TestBuildQuietUnlessVerbose(t *testing.T) {
 			if !strings.Contains(r.Stderr, "aisb: built aisb-sandbox-shell in ") {
 				t.Errorf("no line saying the image was built:\n%s", r.Stderr)
 			}
+			// The build ends by having Podman prepare the image for the
+			// sandbox's user ids (image.prepare), shown as a step of its own
+			// and leaving no container behind.
+			if !strings.Contains(r.Stderr, "aisb: prepared aisb-sandbox-shell for its containers' user ids in ") {
+				t.Errorf("no line saying the image was prepared for its user ids:\n%s", r.Stderr)
+			}
+			if left := preparedContainers(t, builtTag(t, r.Stderr)); left != "" {
+				t.Errorf("the preparation left containers behind: %s", left)
+			}
 			// "COMMIT" is buildah's log line at the end of every build.
 			if got := strings.Contains(r.Stderr, "\nCOMMIT localhost/aisb-sandbox-shell:"); got != verbose {
 				t.Errorf("build log shown: %v, want %v (--verbose %v):\n%s", got, verbose, verbose, r.Stderr)
@@ -138,10 +147,35 @@ func TestBuildProgressTerminal(t *testing.T) {
 	if !strings.Contains(screen, "aisb: built aisb-sandbox-shell in ") || !strings.Contains(screen, "command-ran") {
 		t.Errorf("no line saying the image was built, or the command did not run:\n%s", screen)
 	}
-	for _, not := range []string{"STEP ", "COMMIT", "aisb: building aisb-sandbox-shell,"} {
+	if !strings.Contains(screen, "aisb: prepared aisb-sandbox-shell for its containers' user ids in ") {
+		t.Errorf("no line saying the image was prepared for its user ids:\n%s", screen)
+	}
+	for _, not := range []string{"STEP ", "COMMIT", "aisb: building aisb-sandbox-shell,", "aisb: preparing aisb-sandbox-shell"} {
 		if strings.Contains(screen, not) {
 			t.Errorf("the terminal still shows %q: the line was not updated in place, or the log was shown:\n%s", not, screen)
 		}
 	}
 	t.Logf("the terminal after the build:\n%s", screen)
+}
+
+// builtTag is the tag of the image a build's notices say was built.
+func builtTag(t *testing.T, stderr string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(stderr, "aisb: building localhost/aisb-sandbox-shell:")
+	if !ok {
+		t.Fatalf("no build notice in:\n%s", stderr)
+	}
+	tag, _, _ := strings.Cut(rest, " ")
+	return "localhost/aisb-sandbox-shell:" + tag
+}
+
+// preparedContainers lists the containers of image an image preparation
+// made (image.prepare), any state.
+func preparedContainers(t *testing.T, image string) string {
+	t.Helper()
+	r := testhost.Podman(t, "ps", "--all", "--filter", "label=io.aisb.kind=prepare", "--filter", "ancestor="+image, "--format", "{{.Names}}")
+	if r.Code != 0 {
+		t.Fatalf("podman ps: %s", r)
+	}
+	return strings.TrimSpace(r.Stdout)
 }
