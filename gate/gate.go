@@ -205,12 +205,9 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 
 	s := specgen.NewSpecGenerator(o.Image, false)
 	s.Name = g.Name
+	// With credentials, squid's certificate store is already there
+	// (WriteTLSFiles).
 	s.Command = []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
-	if len(o.Credentials) > 0 {
-		// squid's certificate store must exist, made by its own tool, before
-		// it starts; it holds generated keys, so it is the gate's alone too.
-		s.Command = []string{"/bin/sh", "-c", fmt.Sprintf("umask 077 && /usr/lib/squid/security_file_certgen -c -s %s/%s -M 4MB >/dev/null && exec squid -N -f %s/squid.conf", dirInContainer, certDBDir, dirInContainer)}
-	}
 	// SIGINT makes squid close its connections and exit at once; SIGTERM
 	// waits shutdown_lifetime and often outlasts podman's stop timeout.
 	s.StopSignal = ptr(syscall.SIGINT)

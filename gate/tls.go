@@ -239,13 +239,8 @@ func WriteTLSFiles(dir string, creds []Credential, upstreamCAs []string) (caCert
 	if err := os.Mkdir(tdir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("session tls: %w", err)
 	}
-	if os.Geteuid() == 0 {
-		var st syscall.Stat_t
-		if err := syscall.Stat(dir, &st); err == nil {
-			if err := os.Chown(tdir, int(st.Uid), int(st.Gid)); err != nil {
-				return nil, false, fmt.Errorf("session tls: %w", err)
-			}
-		}
+	if err := chownToParent(tdir); err != nil {
+		return nil, false, fmt.Errorf("session tls: %w", err)
 	}
 	ca, err := tlsca.New(CredentialHosts(creds), time.Now())
 	if err != nil {
@@ -265,7 +260,47 @@ func WriteTLSFiles(dir string, creds []Credential, upstreamCAs []string) (caCert
 			return nil, false, fmt.Errorf("session tls: %w", err)
 		}
 	}
+	if len(creds) > 0 {
+		if err := writeCertDB(filepath.Join(dir, certDBDir)); err != nil {
+			return nil, false, fmt.Errorf("session tls: %w", err)
+		}
+	}
 	return ca.Cert, defaultCA, nil
+}
+
+// writeCertDB makes squid's empty store of generated certificates, as its
+// own `security_file_certgen -c` makes it (TestCertDBAsSquidMakesIt
+// compares the two in the gate image): a directory holding an empty
+// index.txt, a size file saying 0, and an empty certs directory. Made
+// here, before the gate starts, the gate's command is squid alone: a shell
+// and the tool used to run first, some 30 ms of the gate's start on a
+// 2-core VM. It holds generated keys, so it is the gate's alone.
+func writeCertDB(db string) error {
+	for _, d := range []string{db, filepath.Join(db, "certs")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return err
+		}
+		if err := chownToParent(d); err != nil {
+			return err
+		}
+	}
+	if err := writePrivate(filepath.Join(db, "index.txt"), nil); err != nil {
+		return err
+	}
+	return writePrivate(filepath.Join(db, "size"), []byte("0"))
+}
+
+// chownToParent gives path its directory's owner when root writes for
+// another user's gate (the tests do).
+func chownToParent(path string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
+		return err
+	}
+	return os.Lchown(path, int(st.Uid), int(st.Gid))
 }
 
 // writePrivate writes a file only its owner can read, never through a link
@@ -276,14 +311,5 @@ func writePrivate(path string, b []byte) error {
 	if err := safefile.Write(path, b, 0o600); err != nil {
 		return err
 	}
-	if os.Geteuid() == 0 {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Dir(path), &st); err != nil {
-			return err
-		}
-		if err := os.Lchown(path, int(st.Uid), int(st.Gid)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return chownToParent(path)
 }

@@ -194,3 +194,67 @@ func TestTLSListedAddress(t *testing.T) {
 		t.Errorf("listed address with SNI allowed.test passed: %q", body)
 	}
 }
+
+// TestCertDBAsSquidMakesIt: the store of generated certificates aisb makes
+// for a gate with credentials (WriteTLSFiles) is what squid's own
+// `security_file_certgen -c` makes in the gate image, file for file: names,
+// kinds, contents. The gate's command no longer runs that tool, so a squid
+// whose store changed shape must fail here, not in a session.
+func TestCertDBAsSquidMakesIt(t *testing.T) {
+	_, img := connect(t)
+	dir := testhost.UserDir(t)
+	creds := []gate.Credential{{Name: "TEST_KEY", Host: hosts(t, "api.allowed.test")[0], Header: "x-api-key", Value: "k"}}
+	if _, _, err := gate.WriteTLSFiles(dir, creds, nil); err != nil {
+		t.Fatal(err)
+	}
+	ref := testhost.UserDir(t)
+	r := testhost.Podman(t, "run", "--rm", "--network=none", "--userns=keep-id:uid=13,gid=13", "--user", "proxy", "-v", ref+":/ref",
+		img, "/usr/lib/squid/security_file_certgen", "-c", "-s", "/ref/db", "-M", "4MB")
+	if r.Code != 0 {
+		t.Fatalf("security_file_certgen -c: %s", r)
+	}
+	want, got := tree(t, filepath.Join(ref, "db")), tree(t, filepath.Join(dir, "tls", "certs"))
+	if len(want) == 0 {
+		t.Fatal("control: squid's tool made an empty store")
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("aisb's store:\n%v\nsquid's:\n%v", got, want)
+	}
+	// The store holds generated keys: the gate's alone.
+	filepath.Walk(filepath.Join(dir, "tls", "certs"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: mode %v, open to others", p, fi.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+// tree lists what is under root: each path with its kind and, for a file,
+// its content.
+func tree(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		switch {
+		case fi.IsDir():
+			out = append(out, rel+"/")
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out = append(out, fmt.Sprintf("%s %q", rel, b))
+		default:
+			out = append(out, rel+" "+fi.Mode().Type().String())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
