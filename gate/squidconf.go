@@ -115,6 +115,8 @@ func Render(c Config) (string, error) {
 	line("# through its network helper's mapped host address.")
 	renderPorts(line, c, len(c.Credentials) > 0)
 	line("pid_filename %s/squid.pid", c.Dir)
+	line("# What squid and its helpers write (logs, generated keys) is the gate's alone.")
+	line("umask 077")
 	line("cache_log %s/cache.log", c.Dir)
 	line("")
 	line("# A gate, not a cache: nothing stored, no side services.")

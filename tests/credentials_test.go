@@ -360,6 +360,21 @@ func checkGateFiles(a *aisbUser) gateFileCheck {
 		gid, _ := strconv.Atoi(u.Gid)
 		os.Chown(filepath.Join(a.project, "ca-needle"), uid, gid)
 	}
+	// squid's certificate store once a bump has made a certificate and its
+	// key there (the script's "key" case): what squid's helper writes.
+	var generated []string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(generated) == 0; time.Sleep(50 * time.Millisecond) {
+		generated, _ = filepath.Glob(filepath.Join(tlsDir, "certs", "certs", "*"))
+	}
+	if len(generated) == 0 {
+		return gateFileCheck{err: fmt.Errorf("no certificate was generated in %s", filepath.Join(tlsDir, "certs"))}
+	}
+	store, _ := filepath.Glob(filepath.Join(tlsDir, "certs", "*"))
+	for _, p := range append(store, generated...) {
+		if fi, err := os.Stat(p); err == nil {
+			out.modes[strings.TrimPrefix(p, a.state)] = fi.Mode()
+		}
+	}
 	return out
 }
 
