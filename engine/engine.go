@@ -33,7 +33,7 @@ var (
 
 // Labels aisb puts on its containers.
 const (
-	LabelKind    = "io.aisb.kind"    // "gate" or "sandbox"
+	LabelKind    = "io.aisb.kind"    // "gate", "sandbox", or "prepare" (image.prepare's, never started)
 	LabelSession = "io.aisb.session" // session id, or the gate's name for a long-lived gate
 	LabelOwner   = "io.aisb.owner"   // "PID:STARTTIME" of the aisb process that owns it; absent for long-lived gates
 	// LabelFinisher is "PID:STARTTIME" of the session's watchdog, which

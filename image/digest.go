@@ -42,7 +42,10 @@ const racyWithin = 2 * time.Second
 // critical path; a remembered digest takes well under a millisecond.
 //
 // A cache that cannot be used safely (not the user's own, open to others,
-// unreadable) is ignored: the file is hashed.
+// unreadable) is ignored: the file is hashed. The racy window is judged by
+// this host's clock, so a file on a network file system whose server's
+// clock runs behind could be remembered within a change's tick; aisb's
+// binaries are the user's own, normally on a local disk.
 func Digest(path, cacheDir string) (File, error) { return digest(path, cacheDir, time.Now) }
 
 func digest(path, cacheDir string, now func() time.Time) (File, error) {
@@ -72,6 +75,12 @@ func digest(path, cacheDir string, now func() time.Time) (File, error) {
 		return File{}, fmt.Errorf("%s: %w", path, err)
 	}
 	if n != st.Size {
+		return File{}, fmt.Errorf("%s: %w", path, ErrInputChanged)
+	}
+	// A file written while it was read has a digest of no content of its
+	// own: refused, and not remembered.
+	var after syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &after); err != nil || identity(&after) != id {
 		return File{}, fmt.Errorf("%s: %w", path, ErrInputChanged)
 	}
 	var sum [32]byte

@@ -55,6 +55,7 @@ func createAndRemove(c *engine.Conn, image, userns string) error {
 	s.Command = []string{"true"}
 	s.UserNS = ns
 	s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
+	s.ImageVolumeMode = "ignore" // a base image's VOLUMEs: no anonymous volume left behind
 	s.Labels = map[string]string{engine.LabelKind: "prepare", engine.LabelOwner: state.Owner()}
 	if _, err := engine.Create(c, s); err != nil {
 		return fmt.Errorf("create %s: %w", s.Name, err)

@@ -51,7 +51,7 @@ type statusPlan struct {
 	why     string       // why not the upper directory
 }
 
-// planStatus inspects the running sandbox and starts the status reader.
+// planStatus inspects the attached sandbox and starts the status reader.
 func planStatus(c *engine.Conn, name string, r *statusReader) *statusPlan {
 	p := &statusPlan{name: name, why: "the storage driver is not overlay"}
 	data, err := containers.Inspect(c.Ctx, name, nil)
