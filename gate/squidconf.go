@@ -172,8 +172,8 @@ func Render(c Config) (string, error) {
 	if h := c.Helper; h != nil {
 		line("# Names the lists above do not hold are asked of the session's aisb (aisb")
 		line("# allow, ask mode). Only the refusal lines for unlisted names reach it: a")
-		line("# listed name never waits on it. ttl=0: no answer is reused. Started")
-		line("# on the first question, not with squid (see below).")
+		line("# listed name never waits on it. ttl=0: no answer is reused. squid")
+		line("# starts it on the first question (children-startup=0), not at its start.")
 		// children-startup=0: squid forks each helper it starts and the
 		// child closes every descriptor up to squid's compile-time limit
 		// (65536 in Debian's build) before it execs the helper: 65,533
