@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/aisb-dev/aisb/safefile"
 )
 
 // File is a file of an image's build context, known by its content's
@@ -129,12 +131,7 @@ func cacheUsable(dir string) bool {
 const entryVersion = "v1"
 
 func lookup(entry, id string) (sum [32]byte, ok bool) {
-	f, err := os.OpenFile(entry, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return sum, false
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 512))
+	b, err := safefile.Read(entry, 512)
 	if err != nil {
 		return sum, false
 	}
@@ -149,24 +146,11 @@ func lookup(entry, id string) (sum [32]byte, ok bool) {
 	return sum, false
 }
 
-// remember writes an entry whole (a temporary file renamed over it), so a
-// reader sees the old entry or the new one. A failure only costs the next
-// session the hashing.
+// remember writes an entry whole, never through a link (safefile.Write:
+// a new file renamed over it). A failure only costs the next session the
+// hashing; sessions writing the same entry at once write the same line.
 func remember(entry, id string, sum [32]byte) {
-	tmp, err := os.CreateTemp(filepath.Dir(entry), ".digest-*")
-	if err != nil {
-		return
-	}
-	_, err = tmp.WriteString(entryVersion + " " + id + " " + hex.EncodeToString(sum[:]) + "\n")
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), entry)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
+	_ = safefile.Write(entry, []byte(entryVersion+" "+id+" "+hex.EncodeToString(sum[:])+"\n"), 0o600)
 }
 
 // content reads an input file for the build and checks it still has the
