@@ -5,11 +5,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
+
+// builds lets the build tests, which run side by side, build while no
+// other removes images: buildah's look for a cached layer reads every
+// image's layers, and an image removed meanwhile failed a test's build
+// ("getting top layer info: layer not known"). A test holds it for reading
+// from its base's build to its end (its aisb builds then too); removing its
+// images takes it for writing.
+var builds sync.RWMutex
 
 // derivedBase builds, as the test user, a base image from the offline one
 // with the Containerfile lines given, under a tag of its own removed when
@@ -29,10 +38,14 @@ func derivedBase(t *testing.T, name, lines string) string {
 		t.Fatal(err)
 	}
 	tag := fmt.Sprintf("localhost/aisb-test-%s:%d", name, time.Now().UnixNano())
+	builds.RLock()
 	if r := testhost.Podman(t, "build", "-q", "-t", tag, dir); r.Code != 0 {
+		builds.RUnlock()
 		t.Fatalf("build %s: %s", tag, r)
 	}
 	t.Cleanup(func() {
+		builds.Lock()
+		defer builds.Unlock()
 		// The sandbox images aisb built on it: buildah records the base.
 		r := testhost.Podman(t, "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=io.aisb.inputs")
 		for _, img := range strings.Fields(r.Stdout) {
@@ -53,6 +66,9 @@ func derivedBase(t *testing.T, name, lines string) string {
 			}
 		}
 	})
+	// Cleanups run last first: the test's builds are over before its own
+	// removal waits for the others' builds.
+	t.Cleanup(builds.RUnlock)
 	return tag
 }
 
