@@ -20,14 +20,14 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/harness"
-	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/harness"
+	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/netnstest"
+	"github.com/aisb-dev/aisb/internal/sandbox"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/sandbox"
 )
 
 const runs = 7 // figures not said otherwise are a median of this many runs (or a multiple)

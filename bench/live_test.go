@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/live"
 )
 
 // BenchmarkAskLatency: a listed name through a session gate that has the

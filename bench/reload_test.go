@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/allowlist"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/live"
 )
 
 // BenchmarkLiveChange: what changing a running gate's list costs the agent,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/tlsca"
+	"github.com/aisb-dev/aisb/internal/tlsca"
 )
 
 func TestTrustSessionCA(t *testing.T) {

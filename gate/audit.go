@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/tail"
 )
 

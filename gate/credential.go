@@ -6,7 +6,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/internal/allowlist"
 )
 
 // Credential is one header the gate sets on HTTPS requests to one host.

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aisb-dev/aisb/safefile"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/safefile"
+	"github.com/aisb-dev/aisb/internal/state"
 )
 
 // A session gate is finished after its session's aisb has returned: the

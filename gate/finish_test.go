@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/state"
 )
 
 // TestAuditState: an audit being completed by a live process is pending; one

@@ -20,13 +20,13 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/engine"
-	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/netaddr"
-	"github.com/aisb-dev/aisb/safefile"
-	"github.com/aisb-dev/aisb/state"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/netaddr"
+	"github.com/aisb-dev/aisb/internal/safefile"
+	"github.com/aisb-dev/aisb/internal/state"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 //go:embed Containerfile

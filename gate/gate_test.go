@@ -18,12 +18,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/image"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/netaddr"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/netaddr"
 )
 
 // connect drives the test user's rootless Podman through the bindings and

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/internal/allowlist"
 )
 
 // TestRenderHandover: the sandbox's port has no ssl-bump (a refusal there is

@@ -13,9 +13,9 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/engine"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/state"
 )
 
 // A long-lived gate is started once by `aisb gate up NAME`, used by any

@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"os"
 
-	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/internal/safefile"
 )
 
 // Record is what aisb itself records about a long-lived gate. It lives beside

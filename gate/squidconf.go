@@ -8,8 +8,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/netaddr"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/netaddr"
 )
 
 // LogVersion is the first field of every access-log line the gate writes;

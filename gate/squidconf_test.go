@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/netaddr"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/netaddr"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")

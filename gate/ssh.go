@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aisb-dev/aisb/allowlist"
+	"github.com/aisb-dev/aisb/internal/allowlist"
 )
 
 // SSH through the gate: a CONNECT to port 22 is admitted only for the names

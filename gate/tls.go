@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aisb-dev/aisb/safefile"
-	"github.com/aisb-dev/aisb/tlsca"
+	"github.com/aisb-dev/aisb/internal/safefile"
+	"github.com/aisb-dev/aisb/internal/tlsca"
 )
 
 // Rules of the TLS layer: the gate peeks at every tunnel's ClientHello and

@@ -10,9 +10,9 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
-	"github.com/aisb-dev/aisb/engine"
-	"github.com/aisb-dev/aisb/netaddr"
-	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/netaddr"
+	"github.com/aisb-dev/aisb/internal/safefile"
 )
 
 // WatchEvery is how often a running gate re-reads the host's addresses.

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aisb-dev/aisb/doctor"
+	"github.com/aisb-dev/aisb/internal/doctor"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 

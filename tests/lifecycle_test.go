@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 

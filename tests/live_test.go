@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/registry"
 )
 
 // agentScript runs, step by step, the command the test writes into
@@ -168,16 +168,16 @@ func (s *liveSession) end() error {
 	}
 }
 
-func (a *aisbUser) ps(t *testing.T) []registry.Entry {
+func (a *aisbUser) ps(t *testing.T) []live.Entry {
 	t.Helper()
 	r := a.run(t, "ps", "--json")
 	if r.Code != 0 {
 		t.Fatalf("aisb ps: %s", r)
 	}
-	var out []registry.Entry
+	var out []live.Entry
 	dec := json.NewDecoder(strings.NewReader(r.Stdout))
 	for {
-		var e registry.Entry
+		var e live.Entry
 		if err := dec.Decode(&e); err == io.EOF {
 			break
 		} else if err != nil {

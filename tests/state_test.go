@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aisb-dev/aisb/internal/statevol"
 	"github.com/aisb-dev/aisb/internal/testhost"
-	"github.com/aisb-dev/aisb/statevol"
 )
 
 // stateVolume is one line of `aisb state ls --json`.

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/aisb-dev/aisb/entrypoint"
-	"github.com/aisb-dev/aisb/tunnel"
+	"github.com/aisb-dev/aisb/entrypoint/tunnel"
 )
 
 func main() {

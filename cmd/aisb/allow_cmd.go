@@ -5,10 +5,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/allowlist"
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/live"
-	"github.com/aisb-dev/aisb/registry"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/live"
 )
 
 // changeCommand is aisb allow or aisb deny: a running session's allowlist,
@@ -80,11 +79,11 @@ func changeAction(c *cli.Context, env *appEnv, op string) error {
 }
 
 // steerable finds the session and says why it cannot be steered.
-func steerable(env *appEnv, id string) (registry.Entry, error) {
+func steerable(env *appEnv, id string) (live.Entry, error) {
 	if env.pathsErr != nil {
-		return registry.Entry{}, env.pathsErr
+		return live.Entry{}, env.pathsErr
 	}
-	e, err := registry.Find(env.paths.RunningDir(), id)
+	e, err := live.FindSession(env.paths.RunningDir(), id)
 	if err != nil {
 		return e, err
 	}

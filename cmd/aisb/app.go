@@ -10,11 +10,11 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/engine"
-	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/state"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/state"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 // appEnv is everything aisb takes from its environment, read once at the

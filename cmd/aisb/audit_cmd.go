@@ -19,7 +19,7 @@ import (
 
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/tail"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 func auditCommand(e *appEnv) *cli.Command {

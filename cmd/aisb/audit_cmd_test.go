@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/state"
 )
 
 // TestAuditNeverSilentlyIncomplete: aisb audit waits for the audit of a

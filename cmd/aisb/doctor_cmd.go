@@ -8,9 +8,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/doctor"
-	"github.com/aisb-dev/aisb/sandbox"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/doctor"
+	"github.com/aisb-dev/aisb/internal/sandbox"
 )
 
 func doctorCommand(e *appEnv) *cli.Command {

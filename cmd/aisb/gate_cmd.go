@@ -13,11 +13,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/engine"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/reaper"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/reaper"
 )
 
 var gateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}$`)

@@ -7,11 +7,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/config"
 	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/harness"
-	"github.com/aisb-dev/aisb/image"
-	"github.com/aisb-dev/aisb/sandbox"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/harness"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/sandbox"
 )
 
 func imageCommand(e *appEnv) *cli.Command {

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/internal/engine"
 )
 
 // podmanServiceCommand is the keeper of aisb's shared Podman service,

@@ -10,8 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/projectdir"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/project"
 )
 
 // projectFlag names the project directory without cd, for every command
@@ -54,22 +54,22 @@ func mountableProjectDir(c *cli.Context, e *appEnv) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return projectdir.Check(dir, protected(e))
+	return project.Check(dir, protected(e))
 }
 
 // protected lists what no project directory may be or hold.
-func protected(e *appEnv) projectdir.Protected {
-	p := projectdir.Protected{Homes: []string{e.home}}
+func protected(e *appEnv) project.Protected {
+	p := project.Protected{Homes: []string{e.home}}
 	if u, err := user.Current(); err == nil && u.HomeDir != "" {
 		p.Homes = append(p.Homes, u.HomeDir)
 	}
-	p.Dirs = []projectdir.Guarded{
+	p.Dirs = []project.Guarded{
 		{Path: e.paths.Config, What: "aisb's configuration and trust store"},
 		{Path: e.paths.State, What: "aisb's state"},
 		{Path: e.paths.Runtime, What: "your runtime directory, with the Podman socket"},
 	}
 	if u, err := url.Parse(e.where.URI); err == nil && u.Scheme == "unix" && strings.HasPrefix(u.Path, "/") {
-		p.Dirs = append(p.Dirs, projectdir.Guarded{Path: u.Path, What: "the Podman socket"})
+		p.Dirs = append(p.Dirs, project.Guarded{Path: u.Path, What: "the Podman socket"})
 	}
 	return p
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/registry"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/live"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 func psCommand(e *appEnv) *cli.Command {
@@ -32,7 +32,7 @@ func psAction(c *cli.Context, env *appEnv) error {
 	if env.pathsErr != nil {
 		return env.pathsErr
 	}
-	list, err := registry.List(env.paths.RunningDir())
+	list, err := live.Sessions(env.paths.RunningDir())
 	if err != nil {
 		return err
 	}

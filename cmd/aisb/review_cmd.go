@@ -15,11 +15,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/engine"
-	"github.com/aisb-dev/aisb/review"
-	"github.com/aisb-dev/aisb/sandbox"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/review"
+	"github.com/aisb-dev/aisb/internal/sandbox"
+	"github.com/aisb-dev/aisb/internal/state"
 )
 
 func reviewCommand(e *appEnv) *cli.Command {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/aisb-dev/aisb/review"
-	"github.com/aisb-dev/aisb/state"
+	"github.com/aisb-dev/aisb/internal/review"
+	"github.com/aisb-dev/aisb/internal/state"
 )
 
 // The JSON of a review is ASCII only and still means the same strings:

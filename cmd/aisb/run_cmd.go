@@ -10,11 +10,11 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/reaper"
-	"github.com/aisb-dev/aisb/sandbox"
-	"github.com/aisb-dev/aisb/session"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/reaper"
+	"github.com/aisb-dev/aisb/internal/sandbox"
+	"github.com/aisb-dev/aisb/internal/session"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 func runCommand(e *appEnv) *cli.Command {

@@ -12,10 +12,10 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/harness"
-	"github.com/aisb-dev/aisb/statevol"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/harness"
+	"github.com/aisb-dev/aisb/internal/statevol"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 func stateCommand(e *appEnv) *cli.Command {

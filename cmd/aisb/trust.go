@@ -14,9 +14,9 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/aisb-dev/aisb/config"
-	"github.com/aisb-dev/aisb/safefile"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/safefile"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 func trustCommand(e *appEnv) *cli.Command {

@@ -16,9 +16,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/tail"
-	"github.com/aisb-dev/aisb/live"
-	"github.com/aisb-dev/aisb/termsafe"
+	"github.com/aisb-dev/aisb/internal/termsafe"
 )
 
 func watchCommand(e *appEnv) *cli.Command {

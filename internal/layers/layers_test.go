@@ -12,49 +12,46 @@ const mod = "github.com/aisb-dev/aisb/"
 
 // forbidden lists, for each package, imports that must never appear among
 // its dependencies (direct or not). Floors, from the leaves up: contract,
-// allowlist, netaddr, state, harness, engine, tunnel, gitdirs, tlsca;
+// allowlist, netaddr, state, harness, engine, tunnel, project, tlsca;
 // knownhosts, ruleset, config, image;
 // entrypoint, gate, sandbox, reaper; session, doctor; cmd.
 var forbidden = map[string][]string{
-	"contract":  {mod},
-	"tlsca":     {mod},
-	"netaddr":   {mod},
-	"state":     {mod},
-	"allowlist": {mod + "config", mod + "gate", mod + "ruleset", mod + "engine", mod + "harness"},
+	"contract":           {mod},
+	"internal/tlsca":     {mod},
+	"internal/netaddr":   {mod},
+	"internal/state":     {mod},
+	"internal/allowlist": {mod + "internal/config", mod + "gate", mod + "ruleset", mod + "internal/engine", mod + "internal/harness"},
 	// The sandbox's ssh ProxyCommand, linked into aisb-entrypoint: a leaf.
-	"tunnel":     {mod, "github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli"},
-	"gitdirs":    {mod},
-	"knownhosts": {mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", "github.com/containers/"},
-	"safefile":   {mod},
-	"termsafe":   {mod},
-	"projectdir": {mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", "github.com/containers/"},
-	"harness":    {mod + "config", mod + "engine", mod + "gate", "github.com/containers/"},
-	"engine":     {mod + "config", mod + "gate", mod + "sandbox", mod + "session", mod + "image"},
-	"ruleset":    {mod + "config", mod + "allowlist", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", "github.com/containers/"},
-	"config":     {mod + "engine", mod + "gate", mod + "sandbox", mod + "session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
-	"image":      {mod + "config", mod + "gate", mod + "sandbox", mod + "session"},
+	"entrypoint/tunnel": {mod, "github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli"},
+	// What the project directory is and holds: files only, no Podman, no configuration.
+	"internal/project":    {mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/live", "github.com/containers/"},
+	"internal/knownhosts": {mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},
+	"internal/safefile":   {mod},
+	"internal/termsafe":   {mod},
+	"internal/harness":    {mod + "internal/config", mod + "internal/engine", mod + "gate", "github.com/containers/"},
+	"internal/engine":     {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
+	"ruleset":             {mod + "internal/config", mod + "internal/allowlist", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},
+	"internal/config":     {mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
+	"internal/image":      {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
 	// The entrypoint runs first in every sandbox: small and static, no
 	// Podman, no TOML, no CLI framework.
-	"entrypoint": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "config", mod + "engine", mod + "gate", mod + "sandbox"},
-	"gate":       {mod + "config", mod + "sandbox", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
-	"sandbox":    {mod + "config", mod + "gate", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
-	"reaper":     {mod + "config", mod + "gate", mod + "sandbox", mod + "session"},
-	// A running session's registry: files under the user's state only.
-	"registry": {mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session", mod + "live", "github.com/containers/"},
-	// The live server decides for a session's gate: it never starts anything.
-	"live": {mod + "config", mod + "sandbox", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"entrypoint":       {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox"},
+	"gate":             {mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"internal/sandbox": {mod + "internal/config", mod + "gate", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"internal/reaper":  {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
+	// The live server decides for a session's gate and lists the running
+	// sessions (one file each, under the user's state): it never starts anything.
+	"internal/live": {mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	// The gate's helper runs inside the gate: stdlib only.
 	"cmd/aisb-gatehelper": {mod, "github.com/", "golang.org/x/"},
 	// Review reads and writes files only: no Podman, no configuration.
-	"review":   {"github.com/containers/", mod + "config", mod + "engine", mod + "gate", mod + "sandbox", mod + "session"},
-	"statevol": {mod + "gate", mod + "sandbox", mod + "session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
-	"session":  {mod + "ruleset", mod + "entrypoint", mod + "doctor", "github.com/google/nftables"},
-	"doctor":   {mod + "session", mod + "config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"internal/review":   {"github.com/containers/", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
+	"internal/statevol": {mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"internal/session":  {mod + "ruleset", mod + "entrypoint", mod + "internal/doctor", "github.com/google/nftables"},
+	"internal/doctor":   {mod + "internal/session", mod + "internal/config", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	// The CLI need not link nftables: only aisb-entrypoint does.
 	"cmd/aisb": {mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 
-	// A leaf: the session's scan of the project for socket files.
-	"projectscan": {mod},
 	// The benchmarks' client inside a sandbox: a leaf.
 	"bench/probe": {mod},
 }

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/aisb-dev/aisb/safefile"
+	"github.com/aisb-dev/aisb/internal/safefile"
 )
 
 // Poll is how often a quiet file is looked at again.

@@ -22,7 +22,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/specgen"
 
-	"github.com/aisb-dev/aisb/engine"
+	"github.com/aisb-dev/aisb/internal/engine"
 )
 
 // Result is what one run saw; printed as JSON on stdout.
