@@ -14,10 +14,7 @@ import (
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/config"
 	"github.com/aisb-dev/aisb/internal/engine"
-	"github.com/aisb-dev/aisb/internal/harness"
 	"github.com/aisb-dev/aisb/internal/image"
-	"github.com/aisb-dev/aisb/internal/project"
-	"github.com/aisb-dev/aisb/internal/reaper"
 	"github.com/aisb-dev/aisb/internal/review"
 	"github.com/aisb-dev/aisb/internal/sandbox"
 	"github.com/aisb-dev/aisb/internal/state"
@@ -52,207 +49,41 @@ type Options struct {
 	AllowProjectSockets bool
 }
 
-// Run runs the session and returns the command's exit status.
+// Run runs the session and returns the command's exit status. Each step
+// adds to the run what it set up; the one teardown (run.teardown) undoes
+// it in a fixed order, whatever step failed.
 func Run(ctx context.Context, o Options) (int, error) {
-	trace := tracer(o.Trace, o.Logf)
-	defer trace("done")
-	cfg := o.Config.Config
-	h, err := harness.Lookup(cfg.Sandbox.Harness)
+	r, err := plan(o)
 	if err != nil {
 		return 0, err
 	}
-	if err := checkAsk(o); err != nil {
-		return 0, err
-	}
-	command := o.Command
-	if len(command) == 0 {
-		command = h.Command
-	}
-	limits, err := resolveLimits(cfg.Limits, o.RlimitFallback, o.CPUSeconds)
-	if err != nil {
-		return 0, err
-	}
-	env, err := buildEnv(cfg.Env, os.LookupEnv)
-	if err != nil {
-		return 0, err
-	}
-	ssh, err := sshSetup(o)
-	if err != nil {
-		return 0, err
-	}
-	gitDirs, err := gitDirMounts(o.ProjectDir, o.Review, o.Logf)
-	if err != nil {
-		return 0, err
-	}
-	// The walk of the project and the hashing of the images' inputs run
-	// while Podman gets ready; their results are awaited before anything
-	// starts.
-	sockets := scanSockets(o.ProjectDir, project.ScanBudget, o.AllowProjectSockets, o.Logf)
-	if err := checkCredentialMode(len(cfg.Credentials), cfg.Network.Mode, o.GateName); err != nil {
-		return 0, err
-	}
-	creds, err := gateCredentials(cfg.Credentials, os.LookupEnv)
-	if err != nil {
-		return 0, err
-	}
-	credentialEnv(env, creds)
-	specs := hashImages(o, h)
-	c, err := engine.Connect(ctx, o.Where)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	trace("connected to podman (" + c.How() + ")")
+	defer r.teardown()
 	// Podman checks the images, and the sweep for what dead sessions left
 	// runs, while the session's directory, watchdog and steering are set
 	// up; both end before this session creates anything.
-	podman := preparePodman(c, o, specs)
-	defer podman.wait()
-	if err := sockets(); err != nil {
-		return 0, err
+	steps := []func() error{
+		func() error { return r.connect(ctx) },
+		r.openSession,
+		r.openImages,
+		func() error { return r.openNetwork(ctx) },
+		r.openState,
 	}
-	trace("project scanned")
-
-	id, owner := state.NewSessionID(), state.Owner()
-	dir := o.Paths.SessionDir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, fmt.Errorf("session directory: %w", err)
-	}
-	// aisb trust refuses while a session of the project runs.
-	if err := o.Paths.MarkSession(id, o.ProjectDir, owner); err != nil {
-		return 0, err
-	}
-	trace("session directory")
-	var wd *reaper.Watchdog
-	if o.Watchdog != nil {
-		if wd, err = reaper.StartWatchdog(o.Watchdog, owner, id); err != nil {
+	for _, step := range steps {
+		if err := step(); err != nil {
 			return 0, err
 		}
-		defer wd.Stop()
-		trace("watchdog started")
 	}
-	// The gate's secrets go with the session: squid.conf holds the
-	// credentials' values, its TLS directory the session CA's key. Deferred
-	// before the gate opens, this runs after the gate is gone, and before
-	// the watchdog hears that the session ended; a gate handed to the
-	// watchdog is its to finish, secrets included (Finish). The rest of the
-	// directory (the access log, a review's layer) stays.
-	var net *network
-	defer func() {
-		if net != nil && net.handedOff {
-			return
-		}
-		if err := gate.RemoveSecrets(gateDir(dir)); err != nil {
-			o.Logf("%v", err)
-		}
-	}()
-	st, err := startSteer(o, id, dir, owner)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { st.stop(net != nil && net.handedOff) }()
-	trace("steering ready (with a gate: its audit, the live server)")
-	helper, imgs, err := podman.wait()
-	if err != nil {
-		return 0, err
-	}
-	img := imgs.sandbox
-	trace("images ready, reaped")
-	var overlay *sandbox.Overlay
-	if o.Review {
-		rv, err := review.Begin(dir, review.Meta{Session: id, Project: o.ProjectDir, Owner: owner, Image: img})
-		if err != nil {
-			return 0, err
-		}
-		overlay = &sandbox.Overlay{Upper: rv.Upper(), Work: rv.Work()}
-		defer endReview(c, rv, img, owner, o.Logf)
-		trace("review: project recorded")
-	}
-	net, err = openNetwork(ctx, c, o, id, dir, owner, helper, imgs.gate, st, wd, env, creds, trace)
-	if err != nil {
-		return 0, err
-	}
-	// The exited sandbox is left to the session's watchdog to remove
-	// (leave), with the gate when the watchdog takes that over, alone
-	// otherwise: Podman's cleanup of it, which it runs once the sandbox's
-	// process has exited, then runs off the user's path too. Should the
-	// watchdog not hear of it, aisb removes it.
-	var box *sandbox.Box
-	leave := false
-	defer func() {
-		net.close(trace)
-		if leave && !net.handedOff {
-			if err := wd.RemoveSandbox(); err != nil {
-				o.Logf("%v", err)
-				box.Remove()
-			}
-		}
-	}()
-	trace("network set up")
-	vols, closeState, err := openState(c, o, h, img, env)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { closeState(); trace("state recorded") }()
-	trace("state volume ready")
-
-	// The sandbox is created and started while its gate starts (the policy
-	// already names the gate's port): its entrypoint installs the table and
-	// drops every privilege meanwhile, then waits for aisb's word that the
-	// gate is ready (both ports listen and squid has found its TLS port up)
-	// before it execs the command, so that the agent's very first request,
-	// HTTP or HTTPS, finds it. The gate's create has returned: creates never
-	// overlap (engine.Create).
-	box, err = sandbox.Create(c, sandbox.Options{
-		Session: id, Image: img, ProjectDir: o.ProjectDir, Command: command,
-		Mode: cfg.Network.Mode, Helper: helper, PolicyDir: net.policyDir, Files: ssh.files, AgentSock: ssh.agentSock, GitDirs: gitDirs, Env: env, HostAdd: net.hostAdd, DNS: dnsIPs(cfg.Network.Resolvers()),
-		Terminal: o.Terminal, Unenforced: o.Unenforced,
-		PidsLimit: limits.pids, Memory: limits.memory, CPUs: limits.cpus, Rlimits: limits.rlimits,
-		Volumes: vols, Owner: owner, Finisher: wd.Owner(), Overlay: overlay, StatusReader: o.StatusReader, Logf: o.Logf, Trace: trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
-	})
-	if err == nil {
-		defer func() {
-			if leave {
-				box.Leave()
-			} else {
-				box.Remove()
-			}
-		}()
-		// Listed in aisb ps, and steerable, before the agent runs: at once
-		// where the command runs as the sandbox starts, once the gate is
-		// ready where the entrypoint waits for it.
-		if !net.awaited {
-			err = st.publish(net.gatePort)
-		}
-	}
-	if err == nil {
-		err = box.Start()
-	}
-	if err == nil {
-		err = net.ready()
-	}
-	if err == nil && net.awaited {
-		if err = st.publish(net.gatePort); err == nil {
-			err = sandbox.TellGateReady(net.policyDir)
-			trace("entrypoint told the gate is ready")
-		}
-	}
-	var exit sandbox.Exit
-	if err == nil {
-		trace("network ready")
-		exit, err = box.Wait()
-		// In review mode the overlay is scrubbed once the sandbox is gone
-		// (endReview): aisb removes it itself.
-		leave = err == nil && wd != nil && overlay == nil
-	}
-	if err != nil && !c.Alive() {
-		return 0, recoverService(ctx, c, o, id, err)
+	exit, err := r.runSandbox()
+	if err != nil && !r.c.Alive() {
+		// Podman died under the session: the sandbox and its gate may
+		// still run without it.
+		return 0, recoverService(ctx, r.c, o, r.id, err)
 	}
 	if err != nil {
 		return 0, err
 	}
 	explainExit(exit, o.Logf)
-	if err := net.lost(); err != nil {
+	if err := r.net.lost(); err != nil {
 		return exit.Code, fmt.Errorf("this session lost its gate: %w; the command exited %d, but what it sent after that never left", err, exit.Code)
 	}
 	return exit.Code, nil
