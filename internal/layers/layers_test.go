@@ -1,6 +1,7 @@
 package layers
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 )
 
 const mod = "github.com/aisb-dev/aisb/"
+
+// buildTags are the podman bindings' tags (see the Makefile).
+const buildTags = "remote exclude_graphdriver_btrfs containers_image_openpgp"
 
 // forbidden lists, for each package, imports that must never appear among
 // its dependencies (direct or not). Floors, from the leaves up: contract,
@@ -58,7 +62,7 @@ var forbidden = map[string][]string{
 
 func deps(t *testing.T, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp", "-deps", "./"+pkg)
+	cmd := exec.Command("go", "list", "-tags", buildTags, "-deps", "./"+pkg)
 	cmd.Dir = testhost.RepoPath(".")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -95,5 +99,123 @@ func TestLayersCanFail(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("aisb-entrypoint does not list google/nftables: the dependency listing is broken")
+	}
+}
+
+// TestReadmeLayout: the README's layout table names every package of the
+// module, one row each, and nothing that is not one.
+func TestReadmeLayout(t *testing.T) {
+	readme, pkgs := readmeAndPackages(t)
+	for _, problem := range layoutMismatch(readme, pkgs) {
+		t.Error(problem)
+	}
+}
+
+// TestReadmeLayoutCanFail: a row taken out of the table, or one added for
+// no package, is seen.
+func TestReadmeLayoutCanFail(t *testing.T) {
+	readme, pkgs := readmeAndPackages(t)
+	without := strings.Replace(readme, "| `internal/tail/` |", "| tail |", 1)
+	if len(layoutMismatch(without, pkgs)) == 0 {
+		t.Error("a README without internal/tail's row passed")
+	}
+	extra := strings.Replace(readme, "| `ruleset/` |", "| `ruleset/` | x |\n| `nosuch/` |", 1)
+	if len(layoutMismatch(extra, pkgs)) == 0 {
+		t.Error("a README with a row for no package passed")
+	}
+}
+
+func readmeAndPackages(t *testing.T) (string, []string) {
+	t.Helper()
+	b, err := os.ReadFile(testhost.RepoPath("README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-tags", buildTags, "./...")
+	cmd.Dir = testhost.RepoPath(".")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []string
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p, strings.TrimSuffix(mod, "/")), "/")
+		if rel == "" {
+			rel = "."
+		}
+		pkgs = append(pkgs, rel)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages: the listing is broken", len(pkgs))
+	}
+	return string(b), pkgs
+}
+
+// layoutMismatch compares the README's "## Layout" table (first cells in
+// backquotes, one package each) with the packages.
+func layoutMismatch(readme string, pkgs []string) []string {
+	_, layout, ok := strings.Cut(readme, "\n## Layout\n")
+	if !ok {
+		return []string{"README.md has no ## Layout section"}
+	}
+	layout, _, _ = strings.Cut(layout, "\n## ")
+	var problems []string
+	rows := map[string]bool{}
+	for _, line := range strings.Split(layout, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		name := strings.TrimSuffix(strings.Trim(strings.TrimSpace(cells[1]), "`"), "/")
+		if rows[name] {
+			problems = append(problems, "README layout lists "+name+" twice")
+		}
+		rows[name] = true
+	}
+	listed := map[string]bool{}
+	for _, p := range pkgs {
+		listed[p] = true
+		if !rows[p] {
+			problems = append(problems, "README layout has no row for package "+p)
+		}
+	}
+	for r := range rows {
+		if !listed[r] {
+			problems = append(problems, "README layout lists "+r+", which is not a package")
+		}
+	}
+	return problems
+}
+
+// rootEntries is what the repository's root may hold: the design's parts
+// and the usual files. A new package goes under internal/ unless it is one
+// of the design's parts.
+var rootEntries = map[string]bool{
+	".ci": true, ".gitignore": true, "Containerfile": true, "Makefile": true, "README.md": true,
+	"embed.go": true, "go.mod": true, "go.sum": true,
+	"cmd": true, "entrypoint": true, "ruleset": true, "gate": true, "contract": true,
+	"internal": true, "tests": true, "bench": true, "docs": true,
+}
+
+// TestRootShowsTheDesign: the files git tracks at the root are only those.
+func TestRootShowsTheDesign(t *testing.T) {
+	cmd := exec.Command("git", "ls-files")
+	cmd.Dir = testhost.RepoPath(".")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, f := range strings.Fields(string(out)) {
+		top, _, _ := strings.Cut(f, "/")
+		seen[top] = true
+	}
+	for top := range seen {
+		if !rootEntries[top] {
+			t.Errorf("the root holds %s, which is none of the design's parts: move it under internal/ (or name it in rootEntries with a reason)", top)
+		}
+	}
+	if !seen["gate"] || !seen["internal"] {
+		t.Fatalf("git ls-files at the root lists %v: the listing is broken", seen)
 	}
 }
