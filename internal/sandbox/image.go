@@ -20,9 +20,18 @@ func ImageSpec(base string, h harness.Preset, entrypoint image.File) image.Spec 
 		Containerfile: aisb.Containerfile,
 		Files:         map[string]image.File{"aisb-entrypoint": entrypoint},
 		BaseImage:     base,
-		Args:          map[string]string{"HARNESS_NPM": h.NPM, "STATE_DIRS": strings.Join(h.State.Dirs, " ")},
-		UserNS:        userNS,
+		// HARNESS_BIN is what the build checks is there before it tags.
+		Args:   map[string]string{"HARNESS_NPM": h.NPM, "STATE_DIRS": strings.Join(h.State.Dirs, " "), "HARNESS_BIN": harnessBin(h)},
+		UserNS: userNS,
 	}
+}
+
+// harnessBin is the program the harness's command runs.
+func harnessBin(h harness.Preset) string {
+	if len(h.Command) == 0 {
+		return ""
+	}
+	return h.Command[0]
 }
 
 // userNS is the sandbox's user namespace: root inside is the entrypoint's,
