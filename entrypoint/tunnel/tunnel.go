@@ -4,6 +4,7 @@ package tunnel
 
 import (
 	"bufio"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -35,12 +36,21 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 var ErrTarget = errors.New("invalid target")
 
 // proxyVars are read in this order for the gate's address; aisb sets them
-// all to the same http://ADDR:PORT in a session with a gate.
+// all to the same http://aisb:TOKEN@ADDR:PORT in a session with a gate.
 var proxyVars = []string{"https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY"}
 
-// GateFromEnv returns the gate's host:port from the proxy variables, or ""
+// Gate is where the session's gate listens, and what proves to it that a
+// request comes from its own sandbox.
+type Gate struct {
+	Addr string // host:port; "" in a session without a gate
+	// Auth is the Proxy-Authorization value for the proxy URL's user and
+	// password ("Basic ..."), or "" when the URL has none.
+	Auth string
+}
+
+// GateFromEnv returns the gate from the proxy variables, or the zero Gate
 // when none is set (a session without a gate: open, no-gate, none).
-func GateFromEnv(getenv func(string) string) (string, error) {
+func GateFromEnv(getenv func(string) string) (Gate, error) {
 	for _, k := range proxyVars {
 		v := getenv(k)
 		if v == "" {
@@ -48,11 +58,17 @@ func GateFromEnv(getenv func(string) string) (string, error) {
 		}
 		u, err := url.Parse(v)
 		if err != nil || u.Scheme != "http" || u.Host == "" || u.Port() == "" {
-			return "", fmt.Errorf("%s=%q: want http://ADDRESS:PORT", k, v)
+			// The value holds the gate's token: never echoed.
+			return Gate{}, fmt.Errorf("%s: want http://[USER:PASSWORD@]ADDRESS:PORT", k)
 		}
-		return u.Host, nil
+		g := Gate{Addr: u.Host}
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			g.Auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw))
+		}
+		return g, nil
 	}
-	return "", nil
+	return Gate{}, nil
 }
 
 // Target checks host and port as ssh hands them over (%h %p) and returns
@@ -75,23 +91,28 @@ func Target(host, port string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// Dial opens target (host:port) through the gate at gate with CONNECT, or
-// directly when gate is "". The returned connection reads what the target
-// sends, including anything the gate passed on with its reply.
-func Dial(gate, target string, timeout time.Duration) (net.Conn, error) {
-	if gate == "" {
+// Dial opens target (host:port) through the gate with CONNECT, proving the
+// sandbox with the gate's token, or directly when the session has no gate.
+// The returned connection reads what the target sends, including anything
+// the gate passed on with its reply.
+func Dial(gate Gate, target string, timeout time.Duration) (net.Conn, error) {
+	if gate.Addr == "" {
 		c, err := net.DialTimeout("tcp", target, timeout)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s directly (this session has no gate): %w", target, err)
 		}
 		return c, nil
 	}
-	c, err := net.DialTimeout("tcp", gate, timeout)
+	c, err := net.DialTimeout("tcp", gate.Addr, timeout)
 	if err != nil {
-		return nil, fmt.Errorf("connect to the gate at %s: %w", gate, err)
+		return nil, fmt.Errorf("connect to the gate at %s: %w", gate.Addr, err)
 	}
 	c.SetDeadline(time.Now().Add(timeout))
-	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
+	auth := ""
+	if gate.Auth != "" {
+		auth = "Proxy-Authorization: " + gate.Auth + "\r\n"
+	}
+	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, auth); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("ask the gate for %s: %w", target, err)
 	}

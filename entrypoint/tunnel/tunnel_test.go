@@ -29,15 +29,23 @@ func TestTarget(t *testing.T) {
 
 func TestGateFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	if g, err := GateFromEnv(env(map[string]string{"HTTPS_PROXY": "http://100.64.0.1:4242"})); err != nil || g != "100.64.0.1:4242" {
+	if g, err := GateFromEnv(env(map[string]string{"HTTPS_PROXY": "http://100.64.0.1:4242"})); err != nil || g != (Gate{Addr: "100.64.0.1:4242"}) {
 		t.Errorf("got %q, %v", g, err)
 	}
-	if g, err := GateFromEnv(env(nil)); err != nil || g != "" {
+	// The token in the proxy URL becomes the CONNECT's Proxy-Authorization.
+	g, err := GateFromEnv(env(map[string]string{"HTTPS_PROXY": "http://aisb:s3cret@100.64.0.1:4242"}))
+	if want := (Gate{Addr: "100.64.0.1:4242", Auth: "Basic YWlzYjpzM2NyZXQ="}); err != nil || g != want {
+		t.Errorf("got %+v, %v; want %+v", g, err, want)
+	}
+	if g, err := GateFromEnv(env(nil)); err != nil || g != (Gate{}) {
 		t.Errorf("no proxy: got %q, %v", g, err)
 	}
-	for _, bad := range []string{"socks5://100.64.0.1:1", "http://100.64.0.1", "::"} {
-		if _, err := GateFromEnv(env(map[string]string{"https_proxy": bad})); err == nil {
+	for _, bad := range []string{"socks5://100.64.0.1:1", "http://100.64.0.1", "::", "socks5://aisb:s3cret@x:1"} {
+		_, err := GateFromEnv(env(map[string]string{"https_proxy": bad}))
+		if err == nil {
 			t.Errorf("accepted proxy %q", bad)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("the error shows the token: %v", err)
 		}
 	}
 }
@@ -59,14 +67,15 @@ func fakeGate(t *testing.T, reply string) (addr string, asked chan string) {
 		}
 		defer c.Close()
 		br := bufio.NewReader(c)
-		line, _ := br.ReadString('\n')
-		asked <- strings.TrimSpace(line)
+		var req []string // the request line, then the header lines
 		for {
 			l, err := br.ReadString('\n')
 			if err != nil || l == "\r\n" {
 				break
 			}
+			req = append(req, strings.TrimSpace(l))
 		}
+		asked <- strings.Join(req, "\n")
 		if !strings.Contains(reply, " 200 ") {
 			io.WriteString(c, reply)
 			return
@@ -79,12 +88,12 @@ func fakeGate(t *testing.T, reply string) (addr string, asked chan string) {
 
 func TestDialThroughGate(t *testing.T) {
 	addr, asked := fakeGate(t, "HTTP/1.1 200 Connection established\r\n\r\n")
-	c, err := Dial(addr, "git.test:22", 5*time.Second)
+	c, err := Dial(Gate{Addr: addr}, "git.test:22", 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := <-asked; got != "CONNECT git.test:22 HTTP/1.1" {
-		t.Errorf("request line %q", got)
+	if got := <-asked; got != "CONNECT git.test:22 HTTP/1.1\nHost: git.test:22" {
+		t.Errorf("request %q", got)
 	}
 	var out bytes.Buffer
 	if err := Pipe(c, strings.NewReader("client bytes\n"), &out); err != nil {
@@ -97,9 +106,19 @@ func TestDialThroughGate(t *testing.T) {
 	}
 }
 
+// TestDialSendsToken: the CONNECT carries the sandbox's proof for the
+// gate, which refuses any other (the gate's tests).
+func TestDialSendsToken(t *testing.T) {
+	addr, asked := fakeGate(t, "HTTP/1.1 403 Forbidden\r\n\r\n")
+	Dial(Gate{Addr: addr, Auth: "Basic YWlzYjpzM2NyZXQ="}, "git.test:22", 5*time.Second)
+	if got := <-asked; got != "CONNECT git.test:22 HTTP/1.1\nHost: git.test:22\nProxy-Authorization: Basic YWlzYjpzM2NyZXQ=" {
+		t.Errorf("request %q", got)
+	}
+}
+
 func TestDialRefused(t *testing.T) {
 	addr, _ := fakeGate(t, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
-	_, err := Dial(addr, "other.test:22", 5*time.Second)
+	_, err := Dial(Gate{Addr: addr}, "other.test:22", 5*time.Second)
 	var r *RefusedError
 	if !errors.As(err, &r) || !errors.Is(err, ErrRefused) || r.Status != "HTTP/1.1 403 Forbidden" {
 		t.Fatalf("got %v", err)
