@@ -269,7 +269,7 @@ func TestBumpedTunnelRefusesOtherRequests(t *testing.T) {
 	rules := map[string]int{}
 	for _, e := range a.events(t) {
 		rules[e.Rule]++
-		if e.Event == "allowed" && e.Method == "CONNECT" && e.Host == "unlisted.test" {
+		if e.Event == "network_allowed" && e.Method == "CONNECT" && e.Host == "unlisted.test" {
 			t.Errorf("the audit admits the CONNECT sent inside the bumped tunnel: %+v", e)
 		}
 	}
