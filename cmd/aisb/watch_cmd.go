@@ -165,5 +165,5 @@ func (s *syncWriter) printf(format string, args ...any) {
 }
 
 func (s *syncWriter) json(v any) error {
-	return s.do(func(w io.Writer) error { return json.NewEncoder(w).Encode(v) })
+	return s.do(func(w io.Writer) error { return writeJSON(w, v) })
 }
