@@ -73,14 +73,21 @@ func watchAction(c *cli.Context, env *appEnv) error {
 		return out.do(func(w io.Writer) error { return printEvent(w, ev) })
 	})
 
+	askLoop(w, c.App.Reader, out, c.App.ErrWriter, asJSON)
+	fmt.Fprintf(c.App.ErrWriter, "aisb: session %s is over\n", e.ID)
+	return nil
+}
+
+// askLoop shows the session's questions and sends the user's answers until
+// the session ends.
+func askLoop(w *live.Watch, in io.Reader, out *syncWriter, errw io.Writer, asJSON bool) {
 	var mu sync.Mutex
 	var open []int
-	go readAnswers(c.App.Reader, c.App.ErrWriter, w, &mu, &open)
+	go readAnswers(in, errw, w, &mu, &open)
 	for {
 		m, err := w.Next()
 		if err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "aisb: session %s is over\n", e.ID)
-			return nil
+			return
 		}
 		mu.Lock()
 		switch m.Type {
