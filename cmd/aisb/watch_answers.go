@@ -57,19 +57,18 @@ func (b *askBoard) show(m live.Message) {
 	}
 	if b.asJSON {
 		b.out.json(m)
-		if m.Type != live.MsgNotOpen {
-			return
-		}
 	}
-	switch m.Type {
-	case live.MsgPrompt:
-		b.out.printf("ASK #%d  %s  allow once: o %d   for the session: s %d   deny: d %d   (refused in %ds)\n",
-			m.Prompt, m.Host, m.Prompt, m.Prompt, m.Prompt, int(time.Until(m.Deadline).Round(time.Second).Seconds()))
-	case live.MsgResolved:
-		b.out.printf("#%d  %s: %s\n", m.Prompt, m.Host, m.Answer)
-	case live.MsgNotOpen:
+	switch {
+	case m.Type == live.MsgNotOpen:
+		// Said on stderr with --json too: the user typed that answer.
 		fmt.Fprintf(b.errw, "aisb: question #%d %s had ended before your answer %s reached the session; it was not applied\n",
 			m.Prompt, b.hosts[m.Prompt], termsafe.Printable(m.Answer))
+	case b.asJSON:
+	case m.Type == live.MsgPrompt:
+		b.out.printf("ASK #%d  %s  allow once: o %d   for the session: s %d   deny: d %d   (refused in %ds)\n",
+			m.Prompt, m.Host, m.Prompt, m.Prompt, m.Prompt, int(time.Until(m.Deadline).Round(time.Second).Seconds()))
+	case m.Type == live.MsgResolved:
+		b.out.printf("#%d  %s: %s\n", m.Prompt, m.Host, m.Answer)
 	}
 }
 

@@ -38,7 +38,7 @@ EXAMPLE:
    aisb watch                                    # in another`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "session", Usage: "the session `ID` (default: the only running one)"},
-			&cli.BoolFlag{Name: "json", Usage: "JSON lines: {\"type\":\"request\",\"event\":…}, {\"type\":\"prompt\",…}, {\"type\":\"resolved\",…}"},
+			&cli.BoolFlag{Name: "json", Usage: "JSON lines: {\"type\":\"request\",\"event\":…}, {\"type\":\"prompt\",…}, {\"type\":\"resolved\",…}, {\"type\":\"not_open\",…} (an answer that was not applied)"},
 		},
 		Action: func(c *cli.Context) error { return watchAction(c, e) },
 	}
