@@ -60,8 +60,7 @@ func auditAction(c *cli.Context, e *appEnv) error {
 			return nil
 		}
 		if c.Bool("json") {
-			_, err := fmt.Fprintf(c.App.Writer, "%s\n", line)
-			return err
+			return writeJSONLine(c.App.Writer, line)
 		}
 		return printEvent(c.App.Writer, e)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -46,11 +45,8 @@ EXAMPLE:
 			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: ep,
 				Where: e.where, Paths: e.paths, Logf: e.logf, Builds: e.builds(c)})
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
-				for _, ch := range rep.Checks {
-					if err := enc.Encode(ch); err != nil {
-						return err
-					}
+				if err := encodeEach(c.App.Writer, rep.Checks); err != nil {
+					return err
 				}
 			} else {
 				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)

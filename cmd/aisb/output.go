@@ -1,24 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
 	"github.com/urfave/cli/v2"
 )
-
-// encodeEach writes one JSON object per line: the --json form of every
-// command that reads state.
-func encodeEach[T any](w io.Writer, items []T) error {
-	enc := json.NewEncoder(w)
-	for _, it := range items {
-		if err := enc.Encode(it); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // completionCommand prints a shell's completion script; the scripts ask aisb
 // itself (--generate-bash-completion) for the words at each point.

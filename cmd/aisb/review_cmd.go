@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -220,45 +217,6 @@ func writeReviewJSON(w io.Writer, s *review.Session, cs []review.Change) error {
 		cs = []review.Change{}
 	}
 	return writeASCIIJSON(w, reviewJSON{Session: s.Meta.Session, Project: s.Meta.Project, Git: s.Meta.Git, State: s.Meta.State, Running: s.Running(), Changes: cs}, true)
-}
-
-// writeASCIIJSON encodes v with every character outside printable ASCII
-// escaped (\uXXXX): the agent's names and diff lines can hold DEL, C1
-// controls or bidirectional overrides, which encoding/json leaves raw and a
-// terminal showing the JSON would act on.
-func writeASCIIJSON(w io.Writer, v any, indent bool) error {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	if indent {
-		enc.SetIndent("", "  ")
-	}
-	if err := enc.Encode(v); err != nil {
-		return err
-	}
-	_, err := w.Write(asciiJSON(buf.Bytes()))
-	return err
-}
-
-// asciiJSON rewrites valid JSON text (as encoding/json writes it: valid
-// UTF-8, control characters already escaped) with every rune from DEL up
-// as \uXXXX, surrogate pairs above the basic plane. Outside strings there
-// are none.
-func asciiJSON(b []byte) []byte {
-	var out bytes.Buffer
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		switch {
-		case r < 0x7f:
-			out.WriteByte(b[0])
-		case r <= 0xffff:
-			fmt.Fprintf(&out, `\u%04x`, r)
-		default:
-			r -= 0x10000
-			fmt.Fprintf(&out, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
-		}
-		b = b[n:]
-	}
-	return out.Bytes()
 }
 
 func printApplied(w io.Writer, s *review.Session, res *review.Result, asJSON bool) error {

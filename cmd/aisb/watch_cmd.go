@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -30,7 +27,9 @@ func watchCommand(e *appEnv) *cli.Command {
 not hold waits while you are asked here; answer with a line:
    o [N]   allow it once          s [N]   allow it for the session
    d [N]   deny it
-(N: the question's number; without it, the oldest open question). Unanswered
+(N: the question's number; without it, the one question on screen: refused
+when several are open or the questions changed while you typed; an answer to
+a question that has ended is refused, never applied to another). Unanswered
 within network.ask_timeout (30 s), it is refused. With nobody watching, ask mode
 refuses at once. The agent's terminal is never written to.
 
@@ -39,7 +38,7 @@ EXAMPLE:
    aisb watch                                    # in another`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "session", Usage: "the session `ID` (default: the only running one)"},
-			&cli.BoolFlag{Name: "json", Usage: "JSON lines: {\"type\":\"request\",\"event\":…}, {\"type\":\"prompt\",…}, {\"type\":\"resolved\",…}"},
+			&cli.BoolFlag{Name: "json", Usage: "JSON lines: {\"type\":\"request\",\"event\":…}, {\"type\":\"prompt\",…}, {\"type\":\"resolved\",…}, {\"type\":\"not_open\",…} (an answer that was not applied)"},
 		},
 		Action: func(c *cli.Context) error { return watchAction(c, e) },
 	}
@@ -73,78 +72,22 @@ func watchAction(c *cli.Context, env *appEnv) error {
 		return out.do(func(w io.Writer) error { return printEvent(w, ev) })
 	})
 
-	var mu sync.Mutex
-	var open []int
-	go readAnswers(c.App.Reader, c.App.ErrWriter, w, &mu, &open)
+	askLoop(w, c.App.Reader, out, c.App.ErrWriter, asJSON)
+	fmt.Fprintf(c.App.ErrWriter, "aisb: session %s is over\n", e.ID)
+	return nil
+}
+
+// askLoop shows the session's questions and sends the user's answers until
+// the session ends.
+func askLoop(w *live.Watch, in io.Reader, out *syncWriter, errw io.Writer, asJSON bool) {
+	b := newAskBoard(out, errw, asJSON)
+	go b.readAnswers(in, w)
 	for {
 		m, err := w.Next()
 		if err != nil {
-			fmt.Fprintf(c.App.ErrWriter, "aisb: session %s is over\n", e.ID)
-			return nil
-		}
-		mu.Lock()
-		switch m.Type {
-		case "prompt":
-			open = append(open, m.Prompt)
-		case "resolved":
-			for i, id := range open {
-				if id == m.Prompt {
-					open = append(open[:i], open[i+1:]...)
-					break
-				}
-			}
-		}
-		mu.Unlock()
-		if asJSON {
-			out.json(m)
-			continue
-		}
-		switch m.Type {
-		case "prompt":
-			out.printf("ASK #%d  %s  allow once: o %d   for the session: s %d   deny: d %d   (refused in %ds)\n",
-				m.Prompt, m.Host, m.Prompt, m.Prompt, m.Prompt, int(time.Until(m.Deadline).Round(time.Second).Seconds()))
-		case "resolved":
-			out.printf("#%d  %s: %s\n", m.Prompt, m.Host, m.Answer)
-		}
-	}
-}
-
-// readAnswers turns the user's lines into answers.
-func readAnswers(in io.Reader, errw io.Writer, w *live.Watch, mu *sync.Mutex, open *[]int) {
-	sc := bufio.NewScanner(in)
-	answers := map[string]string{"o": live.AnswerOnce, "s": live.AnswerSession, "d": live.AnswerDeny}
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		answer, ok := answers[f[0]]
-		if !ok || len(f) > 2 {
-			fmt.Fprintln(errw, "aisb: answer with o, s or d, and the question's number")
-			continue
-		}
-		id := 0
-		if len(f) == 2 {
-			n, err := strconv.Atoi(f[1])
-			if err != nil || n < 1 {
-				fmt.Fprintf(errw, "aisb: %s is not a question's number; write it as shown after ASK #\n", termsafe.Quote(f[1]))
-				continue
-			}
-			id = n
-		} else {
-			mu.Lock()
-			if len(*open) > 0 {
-				id = (*open)[0]
-			}
-			mu.Unlock()
-		}
-		if id == 0 {
-			fmt.Fprintln(errw, "aisb: no open question")
-			continue
-		}
-		if err := w.Answer(id, answer); err != nil {
 			return
 		}
+		b.show(m)
 	}
 }
 
@@ -165,5 +108,5 @@ func (s *syncWriter) printf(format string, args ...any) {
 }
 
 func (s *syncWriter) json(v any) error {
-	return s.do(func(w io.Writer) error { return json.NewEncoder(w).Encode(v) })
+	return s.do(func(w io.Writer) error { return writeJSON(w, v) })
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/netaddr"
 	"github.com/aisb-dev/aisb/internal/reaper"
+	"github.com/aisb-dev/aisb/internal/safefile"
 	"github.com/aisb-dev/aisb/internal/sandbox"
 	"github.com/aisb-dev/aisb/internal/state"
 )
@@ -198,7 +199,7 @@ func squidParses(r *Report, c *engine.Conn, o Options) {
 		return
 	}
 	code, err := engine.RunOnce(c, img, dir, "/gate", []string{"sh", "-c", "squid -k parse -f /gate/squid.conf > /gate/parse.log 2>&1"})
-	out, _ := os.ReadFile(filepath.Join(dir, "parse.log"))
+	out, _ := safefile.Read(filepath.Join(dir, "parse.log"), 1<<20) // the directory is open to all (squid -k parse runs as the proxy user)
 	if err != nil || code != 0 {
 		r.add("gate config", Fail, "squid -k parse: exit %d %v: %s", code, err, lastLines(out))
 		return

@@ -96,7 +96,7 @@ func (s *Server) admit(name string) bool {
 		p = &prompt{id: s.nextID, host: name, deadline: time.Now().Add(s.o.AskTimeout), done: make(chan struct{})}
 		s.pending[name] = p
 		for w := range s.watchers {
-			w.send(Message{Type: "prompt", Prompt: p.id, Host: name, Deadline: p.deadline})
+			w.send(Message{Type: MsgPrompt, Prompt: p.id, Host: name, Deadline: p.deadline})
 		}
 	}
 	s.mu.Unlock()
@@ -139,7 +139,7 @@ func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
 		}
 	}
 	for w := range s.watchers {
-		w.send(Message{Type: "resolved", Prompt: p.id, Host: p.host, Answer: answer})
+		w.send(Message{Type: MsgResolved, Prompt: p.id, Host: p.host, Answer: answer})
 	}
 	s.mu.Unlock()
 	close(p.done)
@@ -168,7 +168,7 @@ func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
 	}
 	slices.SortFunc(open, func(a, b *prompt) int { return a.id - b.id })
 	for _, q := range open {
-		w.send(Message{Type: "prompt", Prompt: q.id, Host: q.host, Deadline: q.deadline})
+		w.send(Message{Type: MsgPrompt, Prompt: q.id, Host: q.host, Deadline: q.deadline})
 	}
 	s.mu.Unlock()
 	defer func() {
@@ -198,8 +198,11 @@ func (s *Server) watch(c net.Conn, r *bufio.Reader, p peer) {
 			}
 		}
 		s.mu.Unlock()
-		if q != nil {
-			s.resolve(q, req.Answer, &p)
+		// An answer is for the question whose number it carries: one that
+		// has ended (answered, timed out) is not passed on to another, and
+		// the watcher is told its answer was not applied.
+		if q == nil || !s.resolve(q, req.Answer, &p) {
+			w.send(Message{Type: MsgNotOpen, Prompt: req.Prompt, Answer: req.Answer})
 		}
 	}
 }

@@ -357,3 +357,49 @@ func TestControlRefusesOtherUsers(t *testing.T) {
 		t.Errorf("own uid: %v", err)
 	}
 }
+
+// TestAnswerToEndedQuestionRefused: an answer carries the number of the
+// question it was given for; once that question has ended (timed out here)
+// the answer is not applied to the one asked next, and the watcher is told
+// with a not_open message naming the question and the answer.
+func TestAnswerToEndedQuestionRefused(t *testing.T) {
+	s, _, helper, control := start(t, true, 200*time.Millisecond)
+	w, err := OpenWatch(control)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	next := func(typ string) Message {
+		t.Helper()
+		m, err := w.Next()
+		if err != nil || m.Type != typ {
+			t.Fatalf("want a %s message: %+v %v", typ, m, err)
+		}
+		return m
+	}
+	go func() { gateAsks(t, helper, "first.test") }()
+	first := next(MsgPrompt)
+	if m := next(MsgResolved); m.Answer != AnswerTimeout {
+		t.Fatalf("first question: %+v", m)
+	}
+	done := make(chan bool, 1)
+	go func() { ok, _ := gateAsks(t, helper, "second.test"); done <- ok }()
+	second := next(MsgPrompt)
+	w.Answer(first.Prompt, AnswerSession)
+	if m := next(MsgNotOpen); m.Prompt != first.Prompt || m.Answer != AnswerSession {
+		t.Errorf("refusal: %+v, want question %d, answer %s", m, first.Prompt, AnswerSession)
+	}
+	if m := next(MsgResolved); m.Prompt != second.Prompt || m.Answer != AnswerTimeout {
+		t.Errorf("second question: %+v, want it to time out", m)
+	}
+	if <-done || len(s.Allowlist()) != 0 {
+		t.Errorf("an answer to the first question admitted the second: allowlist %v", s.Allowlist())
+	}
+	// Control: an answer to the open question is applied, and nothing is refused.
+	go func() { ok, _ := gateAsks(t, helper, "third.test"); done <- ok }()
+	third := next(MsgPrompt)
+	w.Answer(third.Prompt, AnswerOnce)
+	if m := next(MsgResolved); m.Prompt != third.Prompt || m.Answer != AnswerOnce || !<-done {
+		t.Errorf("third question answered once: %+v", m)
+	}
+}

@@ -49,9 +49,17 @@ type Reply struct {
 	Allowlist []string `json:"allowlist,omitempty"` // in force after the request
 }
 
-// Message is what a watcher receives: a question, or the end of one.
+// The types of Message.
+const (
+	MsgPrompt   = "prompt"   // a question, open until its deadline
+	MsgResolved = "resolved" // the end of a question, with how it ended
+	MsgNotOpen  = "not_open" // this watcher's answer named a question no longer open: not applied
+)
+
+// Message is what a watcher receives: a question, the end of one, or the
+// refusal of its answer to one that had ended (Answer is what it answered).
 type Message struct {
-	Type     string    `json:"type"` // "prompt" or "resolved"
+	Type     string    `json:"type"` // MsgPrompt, MsgResolved or MsgNotOpen
 	Prompt   int       `json:"prompt"`
 	Host     string    `json:"host"`
 	Deadline time.Time `json:"deadline,omitempty"`

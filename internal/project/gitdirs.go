@@ -11,6 +11,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/aisb-dev/aisb/internal/safefile"
+)
+
+// The files GitDirs reads are written by whoever controls the project, the
+// agent included (a worktree's git directory is writable in the sandbox):
+// each is read with safefile (no link followed, no FIFO, a cap).
+const (
+	maxPathFile   = 8 << 10 // .git, commondir, gitdir: one path each
+	maxConfigFile = 1 << 20 // a submodule's config
 )
 
 // ProjectInContainer is where the project appears in the sandbox.
@@ -49,9 +59,9 @@ func GitDirs(projectDir string) ([]GitMount, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%w: %s is neither a directory nor a file; aisb cannot mount what it points to", ErrGitFile, dotgit)
 	}
-	b, err := os.ReadFile(dotgit)
+	b, err := safefile.Read(dotgit, maxPathFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrGitFile, err)
+		return nil, fmt.Errorf("%w: %w", ErrGitFile, err)
 	}
 	target, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
 	if !ok || target == "" || strings.ContainsAny(target, "\n\x00") {
@@ -78,17 +88,17 @@ func GitDirs(projectDir string) ([]GitMount, error) {
 		return nil, fmt.Errorf("%w: %v", ErrGitFile, err)
 	}
 	var mounts []GitMount
-	common, err := os.ReadFile(filepath.Join(realGit, "commondir"))
+	common, err := safefile.Read(filepath.Join(realGit, "commondir"), maxPathFile)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// A submodule: git's own layout, and core.worktree names the project.
 		if err := ownedSubmodule(realGit, realProj); err != nil {
-			return nil, fmt.Errorf("%w: %s points to %q: %v; aisb mounts only a git directory that belongs to the project", ErrGitFile, dotgit, gitHost, err)
+			return nil, fmt.Errorf("%w: %s points to %q: %w; aisb mounts only a git directory that belongs to the project", ErrGitFile, dotgit, gitHost, err)
 		}
 		mounts = append(mounts, GitMount{Source: realGit, Dest: gitDest})
 		mounts = appendExisting(mounts, realGit, gitDest, true, "hooks", "config")
 	case err != nil:
-		return nil, fmt.Errorf("%w: %v", ErrGitFile, err)
+		return nil, fmt.Errorf("%w: %w", ErrGitFile, err)
 	default:
 		commonHost, commonDest := locate(realGit, gitDest, strings.TrimSpace(string(common)))
 		realCommon, err := filepath.EvalSymlinks(commonHost)
@@ -96,7 +106,7 @@ func GitDirs(projectDir string) ([]GitMount, error) {
 			return nil, fmt.Errorf("%w: the worktree's common git directory %q: %v", ErrGitFile, commonHost, err)
 		}
 		if err := ownedWorktree(realGit, realCommon, realProj); err != nil {
-			return nil, fmt.Errorf("%w: %s points to %q: %v; aisb mounts only a git directory that belongs to the project", ErrGitFile, dotgit, gitHost, err)
+			return nil, fmt.Errorf("%w: %s points to %q: %w; aisb mounts only a git directory that belongs to the project", ErrGitFile, dotgit, gitHost, err)
 		}
 		if !inside(commonDest, ProjectInContainer) {
 			mounts = append(mounts, GitMount{Source: realCommon, Dest: commonDest, ReadOnly: true})
@@ -134,9 +144,9 @@ func ownedWorktree(gitDir, common, project string) error {
 	if err := looksLikeGitDir(common); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(filepath.Join(gitDir, "gitdir"))
+	b, err := safefile.Read(filepath.Join(gitDir, "gitdir"), maxPathFile)
 	if err != nil {
-		return fmt.Errorf("its gitdir file: %v", err)
+		return fmt.Errorf("its gitdir file: %w", err)
 	}
 	back, err := resolveFrom(gitDir, strings.TrimSpace(string(b)))
 	if err != nil || back != filepath.Join(project, ".git") {
@@ -152,9 +162,9 @@ func ownedSubmodule(gitDir, project string) error {
 	if err := looksLikeGitDir(gitDir); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(filepath.Join(gitDir, "config"))
+	b, err := safefile.Read(filepath.Join(gitDir, "config"), maxConfigFile)
 	if err != nil {
-		return fmt.Errorf("its config: %v", err)
+		return fmt.Errorf("its config: %w", err)
 	}
 	wt, ok := coreWorktree(string(b))
 	if !ok {
