@@ -20,6 +20,8 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/aisb-dev/aisb/gate/audit"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/image"
@@ -62,7 +64,7 @@ type Options struct {
 	HelperDir string
 	// Credentials the gate sets for their hosts (see Credential); their
 	// values reach squid.conf only, which only the gate can read.
-	Credentials []Credential
+	Credentials []squidconf.Credential
 	// UpstreamCAs are PEM files of CAs bumped upstreams may chain to, besides
 	// the host's trust store (network.upstream_ca of the user's config).
 	UpstreamCAs []string
@@ -71,12 +73,9 @@ type Options struct {
 	Finisher string
 }
 
-// Where a session gate finds its helper, in HelperDir.
-const (
-	HelperProgram = "aisb-gatehelper"
-	HelperSocket  = "helper.sock"
-	helperMount   = "/ask"
-)
+// helperMount is where a session gate finds HelperDir (its helper,
+// squidconf.HelperProgram, and the socket, squidconf.HelperSocket).
+const helperMount = "/ask"
 
 // Gate is a running gate.
 type Gate struct {
@@ -171,9 +170,9 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
 	}
-	cfg := Config{Session: o.Session, Port: port, TLSPort: tlsPort, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host}
+	cfg := squidconf.Config{Session: o.Session, Port: port, TLSPort: tlsPort, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host}
 	if o.HelperDir != "" {
-		cfg.Helper = &Helper{Program: helperMount + "/" + HelperProgram, Socket: helperMount + "/" + HelperSocket}
+		cfg.Helper = &squidconf.Helper{Program: helperMount + "/" + squidconf.HelperProgram, Socket: helperMount + "/" + squidconf.HelperSocket}
 	}
 	// A stale pid file (a killed gate) stops the next squid from starting.
 	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
@@ -184,7 +183,7 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
 	cfg.Credentials, cfg.DefaultCA = o.Credentials, defaultCA
-	conf, err := Render(cfg)
+	conf, err := squidconf.Render(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -349,7 +348,7 @@ func (g *Gate) tlsPortChecked() bool {
 		return false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if e, err := ParseLine(l); errors.Is(err, ErrBookkeeping) && isSelfCheck(e) {
+		if e, err := audit.ParseLine(l); errors.Is(err, audit.ErrBookkeeping) && audit.IsSelfCheck(e) {
 			return true
 		}
 	}

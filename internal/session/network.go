@@ -11,6 +11,7 @@ import (
 
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/reaper"
 	"github.com/aisb-dev/aisb/internal/sandbox"
@@ -41,7 +42,7 @@ type network struct {
 // the gate is created (the policy names its port; env gets the proxy
 // variables; the gate is still starting until ready returns), in no-gate
 // mode with the names pinned at start.
-func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper, gateImage string, st *steer, wd *reaper.Watchdog, env map[string]string, creds []gate.Credential, trace func(string)) (*network, error) {
+func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, helper, gateImage string, st *steer, wd *reaper.Watchdog, env map[string]string, creds []squidconf.Credential, trace func(string)) (*network, error) {
 	cfg := o.Config.Config
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(helper))
@@ -155,7 +156,7 @@ type sessionGate struct {
 // watchdog, it converts what the gate logged so far and hands the rest (the
 // last requests' lines, the gate's removal) to the watchdog, which finishes
 // after aisb has returned (Finish).
-func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, gateImage string, st *steer, wd *reaper.Watchdog, creds []gate.Credential, trace func(string)) (*sessionGate, error) {
+func openGate(ctx context.Context, c *engine.Conn, o Options, id, dir, owner, gateImage string, st *steer, wd *reaper.Watchdog, creds []squidconf.Credential, trace func(string)) (*sessionGate, error) {
 	cfg := o.Config.Config
 	if o.GateName != "" {
 		g, err := gate.Find(c, o.GateName, o.Paths.GateDir(o.GateName))

@@ -1,4 +1,5 @@
-package gate
+// Package audit is the gate's audit trail: its vocabulary, the access-log parser and follower, caps and finish markers.
+package audit
 
 import (
 	"context"
@@ -65,7 +66,7 @@ func (e Event) Blocked() bool { return e.Event == EventBlocked }
 // ErrBookkeeping is returned for a line that records no decision: squid logs
 // a spliced tunnel twice, once when it hands the connection over (nothing
 // sent yet) and once when the tunnel closes, only the second is an event;
-// and it logs its own check that the TLS port is up (see isSelfCheck).
+// and it logs its own check that the TLS port is up (see IsSelfCheck).
 var ErrBookkeeping = errors.New("a bookkeeping line, not a decision")
 
 // logVersion1 is the format before the TLS layer; lines of a long-lived
@@ -129,7 +130,7 @@ func ParseLine(line string) (Event, error) {
 	if e.Rule == "-" || e.Rule == "" {
 		e.Rule = RuleUntagged
 	}
-	if tail == 7 && isSelfCheck(e) {
+	if tail == 7 && IsSelfCheck(e) {
 		return e, ErrBookkeeping
 	}
 	if tail == 7 && e.Method == "CONNECT" && e.Port != SSHPort && Allowed(e.Rule) {
@@ -244,4 +245,12 @@ func printable(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// sshAdvice says how to let SSH reach host, or why no entry can.
+func sshAdvice(host string) string {
+	if _, err := allowlist.ParseHost(host); err != nil || strings.Trim(host, "0123456789.") == "" {
+		return "SSH through the gate goes to listed names only, never to an address; no entry lifts this"
+	}
+	return fmt.Sprintf("to allow SSH to it: aisb run --allow-ssh %s, or add %q to network.ssh_hosts", host, host)
 }
