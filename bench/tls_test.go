@@ -88,7 +88,7 @@ func BenchmarkTLSCost(b *testing.B) {
 	key, _ := allowlist.ParseHost("api.allowed.test")
 	bump := start("bench-tls-bump", []squidconf.Credential{{Name: "BENCH_KEY", Host: key, Header: "x-api-key", Value: "bench-value"}})
 	bumpRoots := roots.Clone()
-	if !bumpRoots.AppendCertsFromPEM(bump.CACert) {
+	if !bumpRoots.AppendCertsFromPEM(bump.CACert()) {
 		b.Fatal("the session CA does not parse")
 	}
 

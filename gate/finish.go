@@ -90,18 +90,18 @@ func ClientConns(port int) int {
 // access log cannot grow. It reports false when it could not: no process
 // recorded, or one that did not die in time.
 func (g *Gate) KillSquid(within time.Duration) bool {
-	pid, _, _ := strings.Cut(g.Squid, ":")
+	pid, _, _ := strings.Cut(g.squid, ":")
 	n, err := strconv.Atoi(pid)
 	if err != nil || n <= 1 {
 		return false
 	}
 	// Only that very process (pid and start time): a pid reused since is
 	// left alone.
-	if state.OwnerAlive(g.Squid) {
+	if state.OwnerAlive(g.squid) {
 		_ = syscall.Kill(n, syscall.SIGKILL)
 	}
 	for deadline := time.Now().Add(within); ; time.Sleep(5 * time.Millisecond) {
-		if state.OwnerExited(g.Squid) {
+		if state.OwnerExited(g.squid) {
 			return true
 		}
 		if time.Now().After(deadline) {

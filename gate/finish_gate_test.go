@@ -25,8 +25,8 @@ func TestFinishAfterHandoff(t *testing.T) {
 	c, img := connect(t)
 	g := startGate(t, c, img, "finish-test", hosts(t, "allowed.test"))
 	data, err := containers.Inspect(c.Ctx, g.Name, nil)
-	if err != nil || g.Squid == "" || !strings.HasPrefix(g.Squid, fmt.Sprintf("%d:", data.State.Pid)) {
-		t.Fatalf("the gate's squid process was not recorded: %q, inspect: %v %+v", g.Squid, err, data.State)
+	if err != nil || g.Squid() == "" || !strings.HasPrefix(g.Squid(), fmt.Sprintf("%d:", data.State.Pid)) {
+		t.Fatalf("the gate's squid process was not recorded: %q, inspect: %v %+v", g.Squid(), err, data.State)
 	}
 	auditDir := t.TempDir()
 	aud, err := audit.OpenAudit(auditDir, "finish-test", audit.AuditLimits{})

@@ -14,8 +14,8 @@ import (
 	"github.com/aisb-dev/aisb/gate/audit"
 )
 
-// Squid checks its TLS port (its own parent peer, see handover.go) as it
-// starts, before its listener there is up. That first check is refused, and
+// Squid checks its TLS port (its own parent peer, see squidconf/handover.go)
+// as it starts, before its listener there is up. That first check is refused, and
 // squid's connection opener tries again only after a fixed 50 ms; until a
 // check has succeeded the front takes the TLS port for down and fails every
 // tunnel to 443, so the gate is not ready before it. That wait was a third

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate/squidconf"
+	"github.com/aisb-dev/aisb/internal/netaddr"
 	"github.com/aisb-dev/aisb/internal/safefile"
 	"github.com/aisb-dev/aisb/internal/tlsca"
 )
@@ -155,4 +156,34 @@ func writePrivate(path string, b []byte) error {
 		return err
 	}
 	return chownToParent(path)
+}
+
+// writeFiles writes what the gate of o reads as it starts, into its
+// directory: squid.conf for its two ports and the TLS files, after removing
+// what a gate killed before left there. It returns the session CA's
+// certificate.
+func writeFiles(o Options, port, tlsPort int) (caCert []byte, err error) {
+	host, err := netaddr.HostAddrs()
+	if err != nil {
+		return nil, err
+	}
+	// A stale pid file (a killed gate) stops the next squid from starting.
+	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
+		os.Remove(filepath.Join(o.Dir, f))
+	}
+	caCert, defaultCA, err := WriteTLSFiles(o.Dir, o.Credentials, o.UpstreamCAs)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := squidconf.Render(squidConfig(o, host, port, tlsPort, defaultCA))
+	if err != nil {
+		return nil, err
+	}
+	// squid.conf may hold credentials: readable by the gate's user alone
+	// (the host user, mapped to proxy inside the gate), and never written
+	// through a link (squid can write its directory).
+	if err := writePrivate(filepath.Join(o.Dir, "squid.conf"), []byte(conf)); err != nil {
+		return nil, err
+	}
+	return caCert, nil
 }

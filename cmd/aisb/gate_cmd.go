@@ -169,7 +169,10 @@ func followCommand(e *appEnv) *cli.Command {
 			&cli.Int64Flag{Name: "session-max"}, &cli.Int64Flag{Name: "total-max"}},
 		Action: func(c *cli.Context) error {
 			name := c.String("gate")
-			g := &gate.Gate{Name: gate.ContainerName(name), Session: name, Port: c.Int("port"), Dir: e.paths.GateDir(name)}
+			g, err := gate.Running(gate.Known{Session: name, Dir: e.paths.GateDir(name), Port: c.Int("port")})
+			if err != nil {
+				return err
+			}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
 			lim := audit.AuditLimits{Session: c.Int64("session-max"), Total: c.Int64("total-max")}

@@ -48,6 +48,10 @@ const (
 
 var sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
+// ValidSession reports whether id may name a gate's session (a session id
+// or a long-lived gate's name): Render refuses any other.
+func ValidSession(id string) bool { return sessionRE.MatchString(id) }
+
 // Render writes squid.conf. The order of the http_access lines is the
 // security property: every refusal that needs no DNS comes first, and the
 // only ACL that resolves (gate_internal, a dst ACL) is reached only for

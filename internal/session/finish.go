@@ -49,7 +49,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 	}
 	auditDir := o.Paths.AuditDir()
 	sessionMax, _ := o.Config.Config.Logs.Bytes()
-	h := handoff{Port: g.Port, TLSPort: g.TLSPort, Squid: g.Squid, Offset: offset, SessionMax: sessionMax}
+	h := handoff{Port: g.Port, TLSPort: g.TLSPort, Squid: g.Squid(), Offset: offset, SessionMax: sessionMax}
 	b, _ := json.Marshal(h)
 	err = safefile.Write(filepath.Join(o.Paths.SessionDir(id), handoffName), b, 0o600)
 	if err == nil {
@@ -104,8 +104,11 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 	if err != nil {
 		err = fmt.Errorf("read what the session handed over: %w", err)
 	} else {
-		g := &gate.Gate{Name: gate.ContainerName(id), Session: id, Port: h.Port, TLSPort: h.TLSPort, Dir: gateDir(dir), Squid: h.Squid}
-		err = finishAudit(ctx, g, auditDir, h, logf)
+		var g *gate.Gate
+		g, err = gate.Running(gate.Known{Session: id, Dir: gateDir(dir), Port: h.Port, TLSPort: h.TLSPort, Squid: h.Squid})
+		if err == nil {
+			err = finishAudit(ctx, g, auditDir, h, logf)
+		}
 	}
 	// squid is gone (or, not seen, about to be): its secrets go before the
 	// audit is marked complete, so a complete audit means they are gone.

@@ -102,9 +102,9 @@ func openNetwork(ctx context.Context, c *engine.Conn, o Options, id, dir, owner,
 		// entrypoint execs the command only once ready has told it.
 		p.AwaitGate = o.GateName == ""
 		n.awaited = p.AwaitGate
-		if g.CACert != nil {
+		if g.CACert() != nil {
 			// The sandbox trusts the gate for the credential hosts.
-			p.SessionCA = string(g.CACert)
+			p.SessionCA = string(g.CACert())
 			caEnv(env)
 		}
 		for k, v := range proxyEnv(fmt.Sprintf("http://%s:%d", mapped, port)) {
