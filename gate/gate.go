@@ -3,6 +3,7 @@
 // tlsfiles.go writes its files, spec.go is its container, ready.go waits
 // for squid, sockets.go reads the socket table, hold.go holds the TLS port.
 
+// Package gate runs the egress gate, a squid on the host's loopback that admits allowlisted names only.
 package gate
 
 import (

@@ -1,3 +1,6 @@
+// The real gate's tests in one file of about 370 lines: they share one
+// image, one connection and the helpers that talk to a running squid.
+
 package gate_test
 
 import (
@@ -180,7 +183,9 @@ func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts [
 
 // TestGate runs a real gate and asks it for everything the design admits and
 // refuses; every refusal of a reachable target is paired with its control,
-// and every decision must appear in the access log with its rule.
+// and every decision must appear in the access log with its rule. Over 100
+// lines: one gate, and one DNS mark, serve the whole table of requests and
+// the check that no refused name was resolved.
 func TestGate(t *testing.T) {
 	c, img := connect(t)
 	testhost.ServeHTTP80(t, "127.0.0.1")

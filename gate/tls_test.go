@@ -81,6 +81,8 @@ func handshake(t *testing.T, gateAddr, target, sni string, roots *x509.CertPool)
 // TestTLSPeek: the gate peeks at each tunnel's ClientHello and splices it
 // only when it names the host the tunnel was opened for; each refusal has
 // a control showing the same attempt reaching the upstream where it should.
+// Some 100 lines: the refusals, their controls and the DNS check share one
+// gate and one DNS mark.
 func TestTLSPeek(t *testing.T) {
 	c, img := connect(t)
 	_, pool := upstreamCA(t)

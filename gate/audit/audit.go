@@ -1,4 +1,4 @@
-// Package audit is the gate's audit trail: its vocabulary, the access-log parser and follower, caps and finish markers.
+// Package audit is the gate's audit trail: its events, the access-log parser and follower, caps and markers.
 package audit
 
 import (

@@ -56,6 +56,9 @@ func ValidSession(id string) bool { return sessionRE.MatchString(id) }
 // security property: every refusal that needs no DNS comes first, and the
 // only ACL that resolves (gate_internal, a dst ACL) is reached only for
 // requests already known to be allowed, so a refused name is never resolved.
+// Some 170 lines, kept whole on purpose: the file reads top to bottom as
+// squid will, and the order of its lines is what is reviewed; the TLS, SSH,
+// credential and hand-over parts are rendered by their own files.
 func Render(c Config) (string, error) {
 	if !sessionRE.MatchString(c.Session) {
 		return "", fmt.Errorf("render gate config: session id %q: want [a-z0-9-]", c.Session)

@@ -1,4 +1,4 @@
-// The renderer's tests in one file of about 370 lines: golden files, rule
+// The renderer's tests in one file of about 280 lines: golden files, rule
 // order, SSH, the live helper and the TLS layer all read the same squid.conf.
 
 package squidconf
