@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
@@ -108,8 +107,8 @@ func Running(k Known) (*Gate, error) {
 	switch {
 	case !squidconf.ValidSession(k.Session):
 		return nil, fmt.Errorf("gate %q: %w: the name", k.Session, ErrKnown)
-	case !filepath.IsAbs(k.Dir):
-		return nil, fmt.Errorf("gate %s: %w: directory %q", k.Session, ErrKnown, k.Dir)
+	case k.Dir == "":
+		return nil, fmt.Errorf("gate %s: %w: no directory", k.Session, ErrKnown)
 	case k.Port < 1 || k.Port > 65535:
 		return nil, fmt.Errorf("gate %s: %w: port %d", k.Session, ErrKnown, k.Port)
 	case k.TLSPort < 0 || k.TLSPort > 65535 || k.TLSPort == k.Port:

@@ -104,7 +104,7 @@ func TestRunning(t *testing.T) {
 	for _, k := range []Known{
 		{Session: "", Dir: "/d", Port: 1},
 		{Session: "S 1", Dir: "/d", Port: 1},
-		{Session: "s", Dir: "d", Port: 1},
+		{Session: "s", Dir: "", Port: 1},
 		{Session: "s", Dir: "/d", Port: 0},
 		{Session: "s", Dir: "/d", Port: 70000},
 		{Session: "s", Dir: "/d", Port: 1, TLSPort: 1},
