@@ -2,17 +2,13 @@
 package audit
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aisb-dev/aisb/internal/allowlist"
-	"github.com/aisb-dev/aisb/internal/tail"
 )
 
 // Audit events.
@@ -152,43 +148,6 @@ func ParseLine(line string) (Event, error) {
 		e.Event = EventAllowed
 	}
 	return e, nil
-}
-
-// Follow converts the access log at path into JSON audit lines on out as
-// squid writes them, until ctx ends; then it converts what remains and
-// returns. A missing log is waited for.
-func Follow(ctx context.Context, path, session string, out io.Writer) error {
-	_, err := follow(ctx, path, session, out, tail.Options{Free: true})
-	return err
-}
-
-func follow(ctx context.Context, path, session string, out io.Writer, o tail.Options) (int64, error) {
-	enc := json.NewEncoder(out)
-	// squid can write its directory: the log is opened without following a
-	// link, must be a regular file, and what is converted is freed.
-	return tail.FollowLog(ctx, path, o, func(line []byte) error {
-		e, ok := eventFor(string(line), session)
-		if !ok {
-			return nil
-		}
-		if err := enc.Encode(e); err != nil {
-			return fmt.Errorf("write audit: %w", err)
-		}
-		return nil
-	})
-}
-
-// eventFor drops only squid's bookkeeping lines: one the parser cannot read
-// is a blocked event.
-func eventFor(line, session string) (Event, bool) {
-	e, err := ParseLine(line)
-	switch {
-	case errors.Is(err, ErrBookkeeping):
-		return e, false
-	case err != nil:
-		return Event{Time: time.Now().UTC(), Session: session, Event: EventBlocked, Rule: RuleMalformed, Host: "-"}, true
-	}
-	return e, true
 }
 
 // Advice says how to allow what an event blocked, or why no allowlist entry can.
