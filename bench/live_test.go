@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/live"
@@ -45,7 +46,7 @@ func BenchmarkAskLatency(b *testing.B) {
 	}
 	control := filepath.Join(b.TempDir(), "control.sock")
 	srv, err := live.Start(live.Options{Session: "bench-live", Start: hosts, Ask: true, AskTimeout: 10 * time.Second,
-		HelperSocket: filepath.Join(helperDir, gate.HelperSocket), ControlSocket: control})
+		HelperSocket: filepath.Join(helperDir, squidconf.HelperSocket), ControlSocket: control})
 	if err != nil {
 		b.Fatal(err)
 	}

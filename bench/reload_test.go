@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/live"
@@ -52,7 +53,7 @@ func BenchmarkLiveChange(b *testing.B) {
 		b.Fatal(err)
 	}
 	control := filepath.Join(b.TempDir(), "control.sock")
-	srv, err := live.Start(live.Options{Session: "bench-change", Start: hosts, HelperSocket: filepath.Join(helperDir, gate.HelperSocket), ControlSocket: control})
+	srv, err := live.Start(live.Options{Session: "bench-change", Start: hosts, HelperSocket: filepath.Join(helperDir, squidconf.HelperSocket), ControlSocket: control})
 	if err != nil {
 		b.Fatal(err)
 	}

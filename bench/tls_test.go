@@ -21,6 +21,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/image"
@@ -57,7 +58,7 @@ func BenchmarkTLSCost(b *testing.B) {
 	if !roots.AppendCertsFromPEM(ca) {
 		b.Fatal("the test upstream's CA does not parse")
 	}
-	start := func(name string, creds []gate.Credential) *gate.Gate {
+	start := func(name string, creds []squidconf.Credential) *gate.Gate {
 		g, err := gate.Start(c, gate.Options{Session: name, Dir: testhost.UserDir(b), Image: img, Allowlist: hosts, DNS: dns,
 			Credentials: creds, UpstreamCAs: []string{caFile}})
 		if err != nil {
@@ -85,9 +86,9 @@ func BenchmarkTLSCost(b *testing.B) {
 	})
 	peek := start("bench-tls-peek", nil)
 	key, _ := allowlist.ParseHost("api.allowed.test")
-	bump := start("bench-tls-bump", []gate.Credential{{Name: "BENCH_KEY", Host: key, Header: "x-api-key", Value: "bench-value"}})
+	bump := start("bench-tls-bump", []squidconf.Credential{{Name: "BENCH_KEY", Host: key, Header: "x-api-key", Value: "bench-value"}})
 	bumpRoots := roots.Clone()
-	if !bumpRoots.AppendCertsFromPEM(bump.CACert) {
+	if !bumpRoots.AppendCertsFromPEM(bump.CACert()) {
 		b.Fatal("the session CA does not parse")
 	}
 

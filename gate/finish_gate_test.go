@@ -13,6 +13,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 )
 
 // TestFinishAfterHandoff: a real gate's audit handed from one follower to
@@ -24,15 +25,15 @@ func TestFinishAfterHandoff(t *testing.T) {
 	c, img := connect(t)
 	g := startGate(t, c, img, "finish-test", hosts(t, "allowed.test"))
 	data, err := containers.Inspect(c.Ctx, g.Name, nil)
-	if err != nil || g.Squid == "" || !strings.HasPrefix(g.Squid, fmt.Sprintf("%d:", data.State.Pid)) {
-		t.Fatalf("the gate's squid process was not recorded: %q, inspect: %v %+v", g.Squid, err, data.State)
+	if err != nil || g.Squid() == "" || !strings.HasPrefix(g.Squid(), fmt.Sprintf("%d:", data.State.Pid)) {
+		t.Fatalf("the gate's squid process was not recorded: %q, inspect: %v %+v", g.Squid(), err, data.State)
 	}
 	auditDir := t.TempDir()
-	audit, err := gate.OpenAudit(auditDir, "finish-test", gate.AuditLimits{})
+	aud, err := audit.OpenAudit(auditDir, "finish-test", audit.AuditLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := gate.StartFollow(context.Background(), g, audit, 0, t.Logf)
+	first := gate.StartFollow(context.Background(), g, aud, 0, t.Logf)
 	if code := get(t, g.Addr(), "http://allowed.test/before-handoff", "allowed.test"); code != 200 {
 		t.Fatalf("GET: %d", code)
 	}
@@ -58,7 +59,7 @@ func TestFinishAfterHandoff(t *testing.T) {
 	if err != nil || offset == 0 {
 		t.Fatalf("handoff at %d: %v", offset, err)
 	}
-	audit.Close()
+	aud.Close()
 	file := filepath.Join(auditDir, "finish-test.jsonl")
 	if b, _ := os.ReadFile(file); strings.Count(string(b), "\n") != 1 || strings.Contains(string(b), "CONNECT") {
 		t.Fatalf("audit at the handoff, with the tunnel open:\n%s", b)
@@ -70,11 +71,11 @@ func TestFinishAfterHandoff(t *testing.T) {
 		held.Close()
 		closed <- time.Now()
 	}()
-	audit, err = gate.OpenAudit(auditDir, "finish-test", gate.AuditLimits{})
+	aud, err = audit.OpenAudit(auditDir, "finish-test", audit.AuditLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := gate.StartFollow(context.Background(), g, audit, offset, t.Logf)
+	second := gate.StartFollow(context.Background(), g, aud, offset, t.Logf)
 	g.Quiesce(5 * time.Second)
 	quiet := time.Now()
 	if at := <-closed; quiet.Before(at.Add(gate.Quiet)) {
@@ -86,9 +87,9 @@ func TestFinishAfterHandoff(t *testing.T) {
 	if err := second.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	audit.Close()
+	aud.Close()
 	b, _ := os.ReadFile(file)
-	if strings.Count(string(b), "\n") != 2 || strings.Count(string(b), `"CONNECT"`) != 1 || strings.Count(string(b), `"GET"`) != 1 || strings.Count(string(b), `"event":"`+gate.EventAllowed+`"`) != 2 {
+	if strings.Count(string(b), "\n") != 2 || strings.Count(string(b), `"CONNECT"`) != 1 || strings.Count(string(b), `"GET"`) != 1 || strings.Count(string(b), `"event":"`+audit.EventAllowed+`"`) != 2 {
 		t.Errorf("the audit after the watchdog finished, want the GET and the spliced tunnel, both allowed:\n%s", b)
 	}
 	// Podman learns of the exit a little later.

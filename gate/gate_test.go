@@ -1,3 +1,6 @@
+// The real gate's tests in one file of about 370 lines: they share one
+// image, one connection and the helpers that talk to a running squid.
+
 package gate_test
 
 import (
@@ -19,6 +22,8 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/image"
@@ -63,21 +68,21 @@ func TestSquidParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, cfg := range map[string]gate.Config{
+	for name, cfg := range map[string]squidconf.Config{
 		"empty":     {},
 		"names":     {Allowlist: hosts(t, "allowed.test", ".domain.test", "api.github.com")},
 		"addresses": {Allowlist: hosts(t, "198.51.100.10", "192.0.2.7")},
 		"both+dns":  {Allowlist: hosts(t, ".allowed.test", "198.51.100.10"), DNS: dns},
 		"ssh":       {Allowlist: hosts(t, "allowed.test", "198.51.100.10"), SSHHosts: hosts(t, "git.test", ".forge.test")},
 		"ssh only":  {SSHHosts: hosts(t, "git.test")},
-		"credentials": {Allowlist: hosts(t, "api.allowed.test", ".domain.test"), Credentials: []gate.Credential{
+		"credentials": {Allowlist: hosts(t, "api.allowed.test", ".domain.test"), Credentials: []squidconf.Credential{
 			{Name: "TEST_KEY", Host: hosts(t, "api.allowed.test")[0], Header: "x-api-key", Value: "k-1%2"},
 			{Name: "TEST_BEARER", Host: hosts(t, "api.allowed.test")[0], Header: "authorization", Value: "Bearer b-1"},
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg.Session, cfg.Port, cfg.TLSPort, cfg.Dir, cfg.Host = "parse-test", 3128, 3129, "/gate", host
-			conf, err := gate.Render(cfg)
+			conf, err := squidconf.Render(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +183,9 @@ func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts [
 
 // TestGate runs a real gate and asks it for everything the design admits and
 // refuses; every refusal of a reachable target is paired with its control,
-// and every decision must appear in the access log with its rule.
+// and every decision must appear in the access log with its rule. Over 100
+// lines: one gate, and one DNS mark, serve the whole table of requests and
+// the check that no refused name was resolved.
 func TestGate(t *testing.T) {
 	c, img := connect(t)
 	testhost.ServeHTTP80(t, "127.0.0.1")
@@ -200,28 +207,28 @@ func TestGate(t *testing.T) {
 		return func(t *testing.T, a string) int { return connectTo(t, a, target) }
 	}
 	reqs := []request{
-		{"listed name over HTTP", gets("http://allowed.test/"), 200, gate.RuleAllowed},
+		{"listed name over HTTP", gets("http://allowed.test/"), 200, audit.RuleAllowed},
 		// Admitted at CONNECT, then closed before any TLS: nothing passed,
 		// and the audit must not call it allowed.
-		{"listed name over CONNECT, closed at once", connects("allowed.test:443"), 200, gate.RuleTerminated},
-		{"unlisted name over HTTP", gets("http://other.test/"), 403, gate.RuleNotListed},
-		{"unlisted name over CONNECT", connects("unlisted.test:443"), 403, gate.RuleNotListed},
-		{"CONNECT to 22", connects("allowed.test:22"), 403, gate.RuleSSHNotListed},
-		{"CONNECT to 8443", connects("allowed.test:8443"), 403, gate.RuleConnectPort},
-		{"plain HTTP to 8080", gets("http://allowed.test:8080/"), 403, gate.RulePort},
-		{"ftp scheme", func(t *testing.T, a string) int { return get(t, a, "ftp://allowed.test/", "allowed.test") }, 403, gate.RuleScheme},
-		{"cache manager", gets(fmt.Sprintf("http://127.0.0.1:%d/squid-internal-mgr/menu", g.Port)), 403, gate.RuleManager},
-		{"cache manager by name", gets("http://allowed.test/squid-internal-mgr/menu"), 403, gate.RuleManager},
+		{"listed name over CONNECT, closed at once", connects("allowed.test:443"), 200, audit.RuleTerminated},
+		{"unlisted name over HTTP", gets("http://other.test/"), 403, audit.RuleNotListed},
+		{"unlisted name over CONNECT", connects("unlisted.test:443"), 403, audit.RuleNotListed},
+		{"CONNECT to 22", connects("allowed.test:22"), 403, audit.RuleSSHNotListed},
+		{"CONNECT to 8443", connects("allowed.test:8443"), 403, audit.RuleConnectPort},
+		{"plain HTTP to 8080", gets("http://allowed.test:8080/"), 403, audit.RulePort},
+		{"ftp scheme", func(t *testing.T, a string) int { return get(t, a, "ftp://allowed.test/", "allowed.test") }, 403, audit.RuleScheme},
+		{"cache manager", gets(fmt.Sprintf("http://127.0.0.1:%d/squid-internal-mgr/menu", g.Port)), 403, audit.RuleManager},
+		{"cache manager by name", gets("http://allowed.test/squid-internal-mgr/menu"), 403, audit.RuleManager},
 	}
 	for _, lit := range []string{testhost.UpstreamAddr, "127.0.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "0", "[::1]", "[::ffff:7f00:1]", "[::ffff:198.51.100.10]", "[::]", "10.255.77.10"} {
-		reqs = append(reqs, request{"IP literal " + lit + " over HTTP", gets("http://" + lit + "/"), 403, gate.RuleIPLiteral})
+		reqs = append(reqs, request{"IP literal " + lit + " over HTTP", gets("http://" + lit + "/"), 403, audit.RuleIPLiteral})
 	}
 	for _, lit := range []string{testhost.UpstreamAddr + ":443", "[::1]:443", "2130706433:443"} {
-		reqs = append(reqs, request{"IP literal " + lit + " over CONNECT", connects(lit), 403, gate.RuleIPLiteral})
+		reqs = append(reqs, request{"IP literal " + lit + " over CONNECT", connects(lit), 403, audit.RuleIPLiteral})
 	}
 	for _, n := range internalNames {
-		reqs = append(reqs, request{"listed " + n + " (internal address) over HTTP", gets("http://" + n + "/"), 403, gate.RuleInternal})
-		reqs = append(reqs, request{"listed " + n + " (internal address) over CONNECT", connects(n + ":443"), 403, gate.RuleInternal})
+		reqs = append(reqs, request{"listed " + n + " (internal address) over HTTP", gets("http://" + n + "/"), 403, audit.RuleInternal})
+		reqs = append(reqs, request{"listed " + n + " (internal address) over CONNECT", connects(n + ":443"), 403, audit.RuleInternal})
 	}
 	for _, r := range reqs {
 		t.Run(r.name, func(t *testing.T) {
@@ -266,11 +273,11 @@ func TestGate(t *testing.T) {
 	for _, r := range reqs {
 		want[r.rule]++
 	}
-	want[gate.RuleAllowed]++ // the TLS tunnel
+	want[audit.RuleAllowed]++ // the TLS tunnel
 	got := map[string]int{}
 	for _, e := range events {
 		got[e.Rule]++
-		if e.Session != "gate-test" || gate.Allowed(e.Rule) == e.Blocked() {
+		if e.Session != "gate-test" || audit.Allowed(e.Rule) == e.Blocked() {
 			t.Errorf("event %+v", e)
 		}
 	}
@@ -342,17 +349,17 @@ type bufConn struct {
 
 func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
-func readEvents(t *testing.T, g *gate.Gate) []gate.Event {
+func readEvents(t *testing.T, g *gate.Gate) []audit.Event {
 	t.Helper()
 	var out bytes.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := gate.Follow(ctx, filepath.Join(g.Dir, "access.log"), g.Session, &out); err != nil {
+	if err := audit.Follow(ctx, filepath.Join(g.Dir, "access.log"), g.Session, &out); err != nil {
 		t.Fatal(err)
 	}
-	var events []gate.Event
+	var events []audit.Event
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var e gate.Event
+		var e audit.Event
 		if err := json.Unmarshal([]byte(l), &e); err != nil {
 			t.Fatalf("audit line %q: %v", l, err)
 		}

@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aisb-dev/aisb/gate/audit"
 )
 
-// Squid checks its TLS port (its own parent peer, see handover.go) as it
-// starts, before its listener there is up. That first check is refused, and
+// Squid checks its TLS port (its own parent peer, see squidconf/handover.go)
+// as it starts, before its listener there is up. That first check is refused, and
 // squid's connection opener tries again only after a fixed 50 ms; until a
 // check has succeeded the front takes the TLS port for down and fails every
 // tunnel to 443, so the gate is not ready before it. That wait was a third
@@ -35,14 +37,14 @@ import (
 //
 // The sandbox cannot connect to the TLS port (its table admits the front
 // only) and is told the gate is ready only after the hold is released. A
-// local process of another user that connects from SelfAddr while the port
+// local process of another user that connects from audit.SelfAddr while the port
 // is held is taken for squid's check: the gate may then be ready a moment
 // before squid has found its TLS port up, and a first tunnel to 443 fail
 // (a 500, audited); it gains no way through. squid's port stays shared
 // after the hold: WatchAlive stops the gate if another socket ever joins it.
 type portHold struct {
 	ln      net.Listener
-	checked atomic.Bool  // squid's check (a connection from SelfAddr) arrived
+	checked atomic.Bool  // squid's check (a connection from audit.SelfAddr) arrived
 	conns   atomic.Int64 // connections the hold took, squid's check among them (for errors)
 	made    time.Time
 	checkAt atomic.Int64 // when squid's check arrived (UnixNano), for errors
@@ -73,7 +75,7 @@ func holdPort() (*portHold, int, error) {
 }
 
 // accept takes the connections made to the held port until it is released:
-// squid's check comes from SelfAddr (tcp_outgoing_address) and carries
+// squid's check comes from audit.SelfAddr (tcp_outgoing_address) and carries
 // nothing; anything else is closed unread and does not count.
 func (h *portHold) accept() {
 	defer close(h.done)
@@ -89,7 +91,7 @@ func (h *portHold) accept() {
 			continue
 		}
 		h.conns.Add(1)
-		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && a.IP.String() == SelfAddr {
+		if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && a.IP.String() == audit.SelfAddr {
 			h.checkAt.CompareAndSwap(0, time.Now().UnixNano())
 			h.checked.Store(true)
 		}

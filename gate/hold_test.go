@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aisb-dev/aisb/gate/audit"
 )
 
 // dialFrom connects to 127.0.0.1:port from src and waits until the other
@@ -47,7 +49,7 @@ func listenShared(port int, reuse bool) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
 }
 
-// TestHoldSeesSquidsCheck: only a connection from SelfAddr counts as squid's
+// TestHoldSeesSquidsCheck: only a connection from audit.SelfAddr counts as squid's
 // check of its TLS port; another loopback client does not.
 func TestHoldSeesSquidsCheck(t *testing.T) {
 	h, port, err := holdPort()
@@ -59,9 +61,9 @@ func TestHoldSeesSquidsCheck(t *testing.T) {
 	if h.sawCheck() {
 		t.Fatal("a connection from 127.0.0.1 counted as squid's check")
 	}
-	dialFrom(t, SelfAddr, port)
+	dialFrom(t, audit.SelfAddr, port)
 	if !h.sawCheck() {
-		t.Fatal("squid's check (from SelfAddr) was not seen")
+		t.Fatal("squid's check (from audit.SelfAddr) was not seen")
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -43,8 +44,8 @@ func TestSpecialRangesRefused(t *testing.T) {
 		rules[e.Host] = e.Rule
 	}
 	for _, n := range refused {
-		if rules[n] != gate.RuleInternal {
-			t.Errorf("%s: rule %q, want %s (all: %v)", n, rules[n], gate.RuleInternal, rules)
+		if rules[n] != audit.RuleInternal {
+			t.Errorf("%s: rule %q, want %s (all: %v)", n, rules[n], audit.RuleInternal, rules)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -46,12 +47,12 @@ func TestGateSSH(t *testing.T) {
 	for _, r := range []struct {
 		target, rule string
 	}{
-		{"gitother.test:22", gate.RuleSSHNotListed}, // same server, name not listed
-		{"allowed.test:22", gate.RuleSSHNotListed},  // on the HTTPS allowlist only
-		{testhost.SSHAddr + ":22", gate.RuleIPLiteral},
-		{"private.test:22", gate.RuleInternal},
-		{"git.test:443", gate.RuleNotListed},
-		{"git.test:2222", gate.RuleConnectPort},
+		{"gitother.test:22", audit.RuleSSHNotListed}, // same server, name not listed
+		{"allowed.test:22", audit.RuleSSHNotListed},  // on the HTTPS allowlist only
+		{testhost.SSHAddr + ":22", audit.RuleIPLiteral},
+		{"private.test:22", audit.RuleInternal},
+		{"git.test:443", audit.RuleNotListed},
+		{"git.test:2222", audit.RuleConnectPort},
 	} {
 		if got := connectTo(t, g.Addr(), r.target); got != 403 {
 			t.Errorf("CONNECT %s: %d, want 403 (%s)", r.target, got, r.rule)
@@ -75,7 +76,7 @@ func TestGateSSH(t *testing.T) {
 			t.Errorf("audit: want one %q, got %v", want, got)
 		}
 	}
-	if a := gate.Advice(gate.Event{Rule: gate.RuleSSHNotListed, Host: "gitother.test"}); !strings.Contains(a, "aisb run --allow-ssh gitother.test") {
+	if a := audit.Advice(audit.Event{Rule: audit.RuleSSHNotListed, Host: "gitother.test"}); !strings.Contains(a, "aisb run --allow-ssh gitother.test") {
 		t.Errorf("advice: %q", a)
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -79,6 +81,8 @@ func handshake(t *testing.T, gateAddr, target, sni string, roots *x509.CertPool)
 // TestTLSPeek: the gate peeks at each tunnel's ClientHello and splices it
 // only when it names the host the tunnel was opened for; each refusal has
 // a control showing the same attempt reaching the upstream where it should.
+// Some 100 lines: the refusals, their controls and the DNS check share one
+// gate and one DNS mark.
 func TestTLSPeek(t *testing.T) {
 	c, img := connect(t)
 	_, pool := upstreamCA(t)
@@ -164,14 +168,14 @@ func TestTLSPeek(t *testing.T) {
 	got2 := map[string]int{}
 	for _, e := range events {
 		got2[e.Rule]++
-		if e.Blocked() == gate.Allowed(e.Rule) {
+		if e.Blocked() == audit.Allowed(e.Rule) {
 			t.Errorf("event %+v", e)
 		}
-		if e.Blocked() && gate.Advice(e) == "" {
+		if e.Blocked() && audit.Advice(e) == "" {
 			t.Errorf("no advice for %+v", e)
 		}
 	}
-	for rule, n := range map[string]int{gate.RuleAllowed: 2, gate.RuleSNIMismatch: 3, gate.RuleNoSNI: 1, gate.RuleNotTLS: 1} {
+	for rule, n := range map[string]int{audit.RuleAllowed: 2, audit.RuleSNIMismatch: 3, audit.RuleNoSNI: 1, audit.RuleNotTLS: 1} {
 		if got2[rule] != n {
 			t.Errorf("audit: %d events with rule %s, want %d (all: %v)", got2[rule], rule, n, got2)
 		}
@@ -203,7 +207,7 @@ func TestTLSListedAddress(t *testing.T) {
 func TestCertDBAsSquidMakesIt(t *testing.T) {
 	_, img := connect(t)
 	dir := testhost.UserDir(t)
-	creds := []gate.Credential{{Name: "TEST_KEY", Host: hosts(t, "api.allowed.test")[0], Header: "x-api-key", Value: "k"}}
+	creds := []squidconf.Credential{{Name: "TEST_KEY", Host: hosts(t, "api.allowed.test")[0], Header: "x-api-key", Value: "k"}}
 	if _, _, err := gate.WriteTLSFiles(dir, creds, nil); err != nil {
 		t.Fatal(err)
 	}

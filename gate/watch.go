@@ -10,6 +10,7 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/netaddr"
 	"github.com/aisb-dev/aisb/internal/safefile"
@@ -55,7 +56,7 @@ func refreshHost(g *Gate, reconfigure func() error) error {
 	if err != nil {
 		return err
 	}
-	want := internalACL(h)
+	want := squidconf.InternalACL(h)
 	lines := strings.Split(string(b), "\n")
 	found := false
 	for i, l := range lines {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -171,13 +171,13 @@ func (a *aisbUser) sessionIDs(t *testing.T) []string {
 
 // events reads every audit event aisb wrote, once each session's audit is
 // complete (a session's watchdog adds its last requests after aisb exits).
-func (a *aisbUser) events(t *testing.T) []gate.Event {
+func (a *aisbUser) events(t *testing.T) []audit.Event {
 	t.Helper()
 	dir := filepath.Join(a.state, "aisb", "audit")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	var out []gate.Event
+	var out []audit.Event
 	for _, f := range files {
-		if err := gate.WaitAudit(dir, strings.TrimSuffix(filepath.Base(f), ".jsonl"), 5*time.Second); err != nil {
+		if err := audit.WaitAudit(dir, strings.TrimSuffix(filepath.Base(f), ".jsonl"), 5*time.Second); err != nil {
 			t.Fatalf("audit %s: %v", f, err)
 		}
 		b, _ := os.ReadFile(f)
@@ -185,7 +185,7 @@ func (a *aisbUser) events(t *testing.T) []gate.Event {
 			if l == "" {
 				continue
 			}
-			var e gate.Event
+			var e audit.Event
 			if err := json.Unmarshal([]byte(l), &e); err != nil {
 				t.Fatalf("audit line %q: %v", l, err)
 			}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -182,7 +182,7 @@ func TestEscapeBattery(t *testing.T) {
 			for _, e := range a.events(t) {
 				rules[e.Rule]++
 			}
-			wantRules := map[string]int{gate.RuleAllowed: 3, gate.RuleNotListed: 2, gate.RuleSSHNotListed: 1, gate.RulePort: 1, gate.RuleIPLiteral: 9, gate.RuleInternal: len(internalNames)}
+			wantRules := map[string]int{audit.RuleAllowed: 3, audit.RuleNotListed: 2, audit.RuleSSHNotListed: 1, audit.RulePort: 1, audit.RuleIPLiteral: 9, audit.RuleInternal: len(internalNames)}
 			for rule, n := range wantRules {
 				if rules[rule] != n {
 					t.Errorf("audit: %d events with rule %s, want %d (all %v)", rules[rule], rule, n, rules)

@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -237,7 +237,7 @@ func TestCredentials(t *testing.T) {
 	events := a.events(t)
 	creds := map[string]bool{}
 	for _, e := range events {
-		if e.Rule == gate.RuleCredential {
+		if e.Rule == audit.RuleCredential {
 			creds[e.Credential] = true
 		}
 	}
@@ -399,8 +399,8 @@ func TestCredentialUpstreamUnverified(t *testing.T) {
 	for _, e := range a.events(t) {
 		rules = append(rules, e.Rule)
 	}
-	if !slices.Contains(rules, gate.RuleUpstream) {
-		t.Errorf("audit rules %v, want %s", rules, gate.RuleUpstream)
+	if !slices.Contains(rules, audit.RuleUpstream) {
+		t.Errorf("audit rules %v, want %s", rules, audit.RuleUpstream)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -55,7 +56,7 @@ func TestFirstRequestFindsTheGate(t *testing.T) {
 		}
 		allowed := 0
 		for _, e := range a.events(t) {
-			if e.Event == gate.EventAllowed && strings.HasPrefix(e.Host, "allowed.test") {
+			if e.Event == audit.EventAllowed && strings.HasPrefix(e.Host, "allowed.test") {
 				allowed++
 			}
 		}
@@ -111,8 +112,8 @@ time.sleep(600)
 	}
 	session := strings.TrimSuffix(filepath.Base(files[0]), ".jsonl")
 	isTunnel := func(line string) bool {
-		var e gate.Event
-		return json.Unmarshal([]byte(line), &e) == nil && e.Method == "CONNECT" && e.Host == "allowed.test" && e.Port == 443 && e.Event == gate.EventAllowed
+		var e audit.Event
+		return json.Unmarshal([]byte(line), &e) == nil && e.Method == "CONNECT" && e.Host == "allowed.test" && e.Port == 443 && e.Event == audit.EventAllowed
 	}
 	var inAudit time.Duration
 	for {
@@ -145,7 +146,7 @@ time.sleep(600)
 	if !waitFor(5*time.Second, func() bool { return findProcess(a.bin, "internal-watchdog") == 0 }) {
 		t.Error("the session's watchdog still runs 5 s after the session")
 	}
-	if err := gate.AuditState(dir, session); err != nil {
+	if err := audit.AuditState(dir, session); err != nil {
 		t.Errorf("the audit is not marked complete: %v", err)
 	}
 	t.Logf("the tunnel's line was in the audit %s after aisb exited", inAudit.Round(time.Millisecond))

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -287,7 +287,7 @@ func TestLiveAllowDeny(t *testing.T) {
 	uid := testUID(t)
 	for _, e := range a.events(t) {
 		switch {
-		case e.Event == gate.EventPolicyChange:
+		case e.Event == audit.EventPolicyChange:
 			if e.By == nil || e.By.UID != uid || e.By.PID == 0 {
 				t.Errorf("policy_change without who: %+v", e)
 			}
@@ -468,7 +468,7 @@ echo "listed=$c ms=$((t1-t0))"; wait $bg; echo "waiting=$?"`)
 	}
 	var asks []string
 	for _, e := range a.events(t) {
-		if e.Event == gate.EventAsk || e.Event == gate.EventPolicyChange {
+		if e.Event == audit.EventAsk || e.Event == audit.EventPolicyChange {
 			asks = append(asks, e.Event+":"+e.Action+":"+e.Host)
 		}
 	}
@@ -572,7 +572,7 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
 	}
 	for _, e := range a.events(t) {
-		if e.Event == gate.EventPolicyChange || (e.Event == gate.EventAsk && e.Action != "timeout" && e.Action != "no_watcher") {
+		if e.Event == audit.EventPolicyChange || (e.Event == audit.EventAsk && e.Action != "timeout" && e.Action != "no_watcher") {
 			t.Errorf("the agent changed something: %+v", e)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -203,7 +203,7 @@ awk '{print "MOUNT " $5}' /proc/self/mountinfo | grep -Ev '^MOUNT (/|/proc.*|/sy
 		t.Errorf("the agent socket is not mounted: %q", mounts)
 	}
 	events := a.events(t)
-	if !slices.ContainsFunc(events, func(e gate.Event) bool { return e.Host == "git.test" && e.Port == 22 && e.Rule == gate.RuleAllowed }) {
+	if !slices.ContainsFunc(events, func(e audit.Event) bool { return e.Host == "git.test" && e.Port == 22 && e.Rule == audit.RuleAllowed }) {
 		t.Errorf("no audit event for SSH to git.test:22: %+v", events)
 	}
 }
@@ -253,7 +253,7 @@ func TestSSHRefusals(t *testing.T) {
 		for _, e := range a.events(t) {
 			seen[fmt.Sprintf("%s:%d %s", e.Host, e.Port, e.Rule)] = true
 		}
-		for _, want := range []string{"gitother.test:22 " + gate.RuleSSHNotListed, "private.test:22 " + gate.RuleInternal, "git.test:22 " + gate.RuleAllowed} {
+		for _, want := range []string{"gitother.test:22 " + audit.RuleSSHNotListed, "private.test:22 " + audit.RuleInternal, "git.test:22 " + audit.RuleAllowed} {
 			if !seen[want] {
 				t.Errorf("audit lacks %q: %v", want, seen)
 			}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/tail"
 	"github.com/aisb-dev/aisb/internal/termsafe"
 )
@@ -52,11 +52,11 @@ func auditAction(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	print := func(line []byte) error {
-		var e gate.Event
+		var e audit.Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return nil // not ours; the file is append-only JSON lines
 		}
-		if c.Bool("blocked") && !e.Blocked() && e.Event != gate.EventCapped {
+		if c.Bool("blocked") && !e.Blocked() && e.Event != audit.EventCapped {
 			return nil
 		}
 		if c.Bool("json") {
@@ -71,8 +71,8 @@ func auditAction(c *cli.Context, e *appEnv) error {
 		deadline := time.Now().Add(auditWait)
 		for _, f := range files {
 			session := strings.TrimSuffix(filepath.Base(f), ".jsonl")
-			switch err := gate.WaitAudit(e.paths.AuditDir(), session, time.Until(deadline)); {
-			case errors.Is(err, gate.ErrAuditPending):
+			switch err := audit.WaitAudit(e.paths.AuditDir(), session, time.Until(deadline)); {
+			case errors.Is(err, audit.ErrAuditPending):
 				e.logf("audit of session %s: %v: what follows may lack them; run aisb audit again in a moment", session, err)
 			case err != nil:
 				e.logf("audit of session %s: %v", session, err)
@@ -148,16 +148,16 @@ func eachLine(path string, fn func([]byte) error) error {
 	return sc.Err()
 }
 
-func printEvent(w io.Writer, e gate.Event) error {
+func printEvent(w io.Writer, e audit.Event) error {
 	e.Host, e.Method, e.Session, e.Rule = termsafe.Printable(e.Host), termsafe.Printable(e.Method), termsafe.Printable(e.Session), termsafe.Printable(e.Rule)
-	if e.Event == gate.EventCapped {
+	if e.Event == audit.EventCapped {
 		_, err := fmt.Fprintf(w, "%s  %s  the audit reached its cap of %d bytes (logs.session_max); later requests of this session are not recorded\n",
 			e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, e.Bytes)
 		return err
 	}
-	if e.Event == gate.EventPolicyChange || e.Event == gate.EventAsk {
+	if e.Event == audit.EventPolicyChange || e.Event == audit.EventAsk {
 		kind, by := "POLICY", ""
-		if e.Event == gate.EventAsk {
+		if e.Event == audit.EventAsk {
 			kind = "ASKED"
 		}
 		if e.By != nil {
@@ -180,7 +180,7 @@ func printEvent(w io.Writer, e gate.Event) error {
 	}
 	_, err := fmt.Fprintf(w, "%s  %s  %-7s  %s %s  %d  %s\n", e.Time.Local().Format("2006-01-02 15:04:05"), e.Session, verdict, e.Method, target, e.Status, rule)
 	if err == nil && e.Blocked() {
-		_, err = fmt.Fprintf(w, "    %s\n", gate.Advice(e))
+		_, err = fmt.Fprintf(w, "    %s\n", audit.Advice(e))
 	}
 	return err
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/state"
 )
 
@@ -28,7 +28,7 @@ func TestAuditNeverSilentlyIncomplete(t *testing.T) {
 
 	// Being completed: waited for, then shown without a word.
 	write("s-pending")
-	if err := gate.MarkFinishing(dir, "s-pending", state.Owner()); err != nil {
+	if err := audit.MarkFinishing(dir, "s-pending", state.Owner()); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -36,7 +36,7 @@ func TestAuditNeverSilentlyIncomplete(t *testing.T) {
 		f, _ := os.OpenFile(filepath.Join(dir, "s-pending.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
 		f.WriteString(strings.ReplaceAll(strings.ReplaceAll(line, "%s", "s-pending"), "allowed.test", "last.test"))
 		f.Close()
-		gate.FinishedAudit(dir, "s-pending", nil)
+		audit.FinishedAudit(dir, "s-pending", nil)
 	}()
 	start := time.Now()
 	code, out, errs := runAisb(t, "", "audit", "--session", "s-pending")
@@ -46,7 +46,7 @@ func TestAuditNeverSilentlyIncomplete(t *testing.T) {
 
 	// Completing it failed: shown, with the reason.
 	write("s-failed")
-	gate.FinishedAudit(dir, "s-failed", errors.New("write audit: no space left on device"))
+	audit.FinishedAudit(dir, "s-failed", errors.New("write audit: no space left on device"))
 	code, out, errs = runAisb(t, "", "audit", "--session", "s-failed")
 	if code != 0 || !strings.Contains(out, "allowed.test") || !strings.Contains(errs, "s-failed") || !strings.Contains(errs, "may be incomplete") || !strings.Contains(errs, "no space left") {
 		t.Errorf("an audit whose completion failed: exit %d, stdout %q, stderr %q", code, out, errs)
@@ -56,7 +56,7 @@ func TestAuditNeverSilentlyIncomplete(t *testing.T) {
 	write("s-orphan")
 	gone := exec.Command("true")
 	gone.Run()
-	gate.MarkFinishing(dir, "s-orphan", state.OwnerOf(gone.Process.Pid))
+	audit.MarkFinishing(dir, "s-orphan", state.OwnerOf(gone.Process.Pid))
 	code, out, errs = runAisb(t, "", "audit")
 	if code != 0 || strings.Count(out, "allowed.test") != 3 || !strings.Contains(errs, "s-orphan") || !strings.Contains(errs, "ended before it was done") {
 		t.Errorf("an audit whose finisher died: exit %d, stdout %q, stderr %q", code, out, errs)

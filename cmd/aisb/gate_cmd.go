@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/config"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/image"
@@ -168,11 +169,14 @@ func followCommand(e *appEnv) *cli.Command {
 			&cli.Int64Flag{Name: "session-max"}, &cli.Int64Flag{Name: "total-max"}},
 		Action: func(c *cli.Context) error {
 			name := c.String("gate")
-			g := &gate.Gate{Name: gate.ContainerName(name), Session: name, Port: c.Int("port"), Dir: e.paths.GateDir(name)}
+			g, err := gate.Running(gate.Known{Session: name, Dir: e.paths.GateDir(name), Port: c.Int("port")})
+			if err != nil {
+				return err
+			}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
-			lim := gate.AuditLimits{Session: c.Int64("session-max"), Total: c.Int64("total-max")}
-			aud, err := gate.OpenAudit(e.paths.AuditDir(), name, lim)
+			lim := audit.AuditLimits{Session: c.Int64("session-max"), Total: c.Int64("total-max")}
+			aud, err := audit.OpenAudit(e.paths.AuditDir(), name, lim)
 			if err != nil {
 				return err
 			}

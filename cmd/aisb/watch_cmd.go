@@ -12,7 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/tail"
 	"github.com/aisb-dev/aisb/internal/termsafe"
@@ -62,8 +62,8 @@ func watchAction(c *cli.Context, env *appEnv) error {
 	fmt.Fprintf(c.App.ErrWriter, "aisb: watching session %s (allowlist: %s)\n", e.ID, termsafe.Printable(strings.Join(w.Allowlist, ", ")))
 
 	go tail.Follow(ctx, filepath.Join(env.paths.AuditDir(), e.ID+".jsonl"), func(line []byte) error {
-		var ev gate.Event
-		if json.Unmarshal(line, &ev) != nil || (ev.Event != gate.EventAllowed && ev.Event != gate.EventBlocked) {
+		var ev audit.Event
+		if json.Unmarshal(line, &ev) != nil || (ev.Event != audit.EventAllowed && ev.Event != audit.EventBlocked) {
 			return nil
 		}
 		if asJSON {

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/live"
 )
 
@@ -57,7 +57,7 @@ func newWatchRig(t *testing.T, askTimeout time.Duration) *watchRig {
 	r := &watchRig{t: t, helper: filepath.Join(dir, "h.sock"), out: &lockedBuf{}, errs: &lockedBuf{}}
 	control := filepath.Join(dir, "c.sock")
 	r.s, err = live.Start(live.Options{Session: "s1", Ask: true, AskTimeout: askTimeout, HelperSocket: r.helper, ControlSocket: control,
-		Record: func(gate.Event) error { return nil }})
+		Record: func(audit.Event) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/system"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/image"
@@ -168,7 +169,7 @@ func squidParses(r *Report, c *engine.Conn, o Options) {
 		err = os.Chmod(dir, 0o777)
 	}
 	if err == nil {
-		conf, err = gate.Render(gate.Config{Session: "doctor", Port: 3128, TLSPort: 3129, Dir: "/gate", Allowlist: hosts, Host: host})
+		conf, err = squidconf.Render(squidconf.Config{Session: "doctor", Port: 3128, TLSPort: 3129, Dir: "/gate", Allowlist: hosts, Host: host})
 	}
 	if err == nil {
 		// The TLS port's certificate must exist for squid to parse the file,

@@ -45,7 +45,13 @@ var forbidden = map[string][]string{
 	"internal/reaper":  {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
 	// The live server decides for a session's gate and lists the running
 	// sessions (one file each, under the user's state): it never starts anything.
-	"internal/live": {mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	// It reads and writes the audit's vocabulary (gate/audit), not the
+	// gate's container life: no Podman.
+	"internal/live": {mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables", "github.com/containers/", mod + "internal/engine"},
+	// The audit's vocabulary, parser, follower, caps and markers: files only.
+	"gate/audit": {"github.com/containers/", mod + "internal/engine", mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "gate/squidconf"},
+	// squid.conf's text from typed inputs: pure, no Podman.
+	"gate/squidconf": {"github.com/containers/", mod + "internal/engine", mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "internal/tlsca"},
 	// The gate's helper runs inside the gate: stdlib only.
 	"cmd/aisb-gatehelper": {mod, "github.com/", "golang.org/x/"},
 	// Review reads and writes files only: no Podman, no configuration.

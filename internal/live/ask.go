@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 )
 
@@ -88,7 +88,7 @@ func (s *Server) admit(name string) bool {
 		}
 		if refuse != "" {
 			// Refused either way: a failed record changes nothing.
-			s.recordLocked(gate.Event{Event: gate.EventAsk, Action: refuse, Host: name})
+			s.recordLocked(audit.Event{Event: audit.EventAsk, Action: refuse, Host: name})
 			s.mu.Unlock()
 			return false
 		}
@@ -122,9 +122,9 @@ func (s *Server) resolve(p *prompt, answer string, by *peer) bool {
 		return false
 	}
 	delete(s.pending, p.host)
-	e := gate.Event{Event: gate.EventAsk, Action: answer, Host: p.host}
+	e := audit.Event{Event: audit.EventAsk, Action: answer, Host: p.host}
 	if by != nil {
-		e.By = &gate.Who{UID: by.uid, PID: by.pid, Via: "aisb watch"}
+		e.By = &audit.Who{UID: by.uid, PID: by.pid, Via: "aisb watch"}
 	}
 	if err := s.recordLocked(e); err != nil && admits(answer) {
 		// An admission the audit cannot show does not happen.

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 )
 
 // FindHelper returns the aisb-gatehelper binary: override ($AISB_GATEHELPER)
@@ -20,7 +20,7 @@ func FindHelper(override string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find aisb-gatehelper: %w", err)
 	}
-	p := filepath.Join(filepath.Dir(self), gate.HelperProgram)
+	p := filepath.Join(filepath.Dir(self), squidconf.HelperProgram)
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("find aisb-gatehelper: not next to aisb at %s; build it with make, or go install ./cmd/... (or set AISB_GATEHELPER)", p)
 	}
@@ -39,7 +39,7 @@ func PrepareHelperDir(dir, helper string) error {
 		return fmt.Errorf("helper: %w", err)
 	}
 	defer src.Close()
-	dst, err := os.OpenFile(filepath.Join(dir, gate.HelperProgram), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	dst, err := os.OpenFile(filepath.Join(dir, squidconf.HelperProgram), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
 	if err != nil {
 		return fmt.Errorf("helper: %w", err)
 	}

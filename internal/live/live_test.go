@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/netaddr"
 	"github.com/aisb-dev/aisb/internal/testhost"
@@ -31,7 +31,7 @@ type lockedBuffer struct {
 
 var errDiskFull = errors.New("no space left on device")
 
-func (l *lockedBuffer) record(e gate.Event) error {
+func (l *lockedBuffer) record(e audit.Event) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail {
@@ -48,15 +48,15 @@ func (l *lockedBuffer) setFail(fail bool) {
 	l.fail = fail
 }
 
-func (l *lockedBuffer) events(t *testing.T) []gate.Event {
+func (l *lockedBuffer) events(t *testing.T) []audit.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []gate.Event
+	var out []audit.Event
 	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
 		if line == "" {
 			continue
 		}
-		var e gate.Event
+		var e audit.Event
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)
 		}
@@ -80,14 +80,14 @@ func start(t *testing.T, ask bool, timeout time.Duration, listed ...string) (*Se
 		}
 		hosts = append(hosts, h)
 	}
-	audit := &lockedBuffer{}
+	rec := &lockedBuffer{}
 	helper, control := filepath.Join(dir, "helper.sock"), filepath.Join(dir, "control.sock")
-	s, err := Start(Options{Session: "s1", Start: hosts, Ask: ask, AskTimeout: timeout, HelperSocket: helper, ControlSocket: control, Record: audit.record})
+	s, err := Start(Options{Session: "s1", Start: hosts, Ask: ask, AskTimeout: timeout, HelperSocket: helper, ControlSocket: control, Record: rec.record})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s, audit, helper, control
+	return s, rec, helper, control
 }
 
 // gateAsks is what the gate's helper does for one request.
@@ -105,7 +105,7 @@ func gateAsks(t *testing.T, helper, name string) (bool, time.Duration) {
 }
 
 func TestAllowDeny(t *testing.T) {
-	s, audit, helper, control := start(t, false, 0, "listed.test")
+	s, rec, helper, control := start(t, false, 0, "listed.test")
 	if ok, _ := gateAsks(t, helper, "new.test"); ok {
 		t.Fatal("an unlisted name was admitted before aisb allow")
 	}
@@ -138,8 +138,8 @@ func TestAllowDeny(t *testing.T) {
 		t.Errorf("allowlist after deny: %v", got)
 	}
 	var changes []string
-	for _, e := range audit.events(t) {
-		if e.Event == gate.EventPolicyChange {
+	for _, e := range rec.events(t) {
+		if e.Event == audit.EventPolicyChange {
 			if e.By == nil || e.By.UID != os.Getuid() || e.By.PID != os.Getpid() {
 				t.Errorf("policy_change without its author: %+v", e)
 			}
@@ -173,7 +173,7 @@ func TestHelperSocketCannotSteer(t *testing.T) {
 }
 
 func TestAsk(t *testing.T) {
-	_, audit, helper, control := start(t, true, 500*time.Millisecond, "listed.test")
+	_, rec, helper, control := start(t, true, 500*time.Millisecond, "listed.test")
 	// Nobody watching: refused at once.
 	if ok, d := gateAsks(t, helper, "asked.test"); ok || d > 100*time.Millisecond {
 		t.Errorf("no watcher: ok=%v after %v", ok, d)
@@ -212,7 +212,7 @@ func TestAsk(t *testing.T) {
 		t.Error("a name allowed for the session was refused")
 	}
 	var got []string
-	for _, e := range audit.events(t) {
+	for _, e := range rec.events(t) {
 		got = append(got, e.Event+":"+e.Action)
 	}
 	want := "ask:no_watcher,ask:once,ask:deny,ask:timeout,ask:session,policy_change:allow"
@@ -225,7 +225,7 @@ func TestAsk(t *testing.T) {
 // is allowed is refused by aisb allow at once, with the reason; a name is
 // accepted (the gate checks its addresses at each request).
 func TestAllowInternalRefused(t *testing.T) {
-	s, audit, _, control := start(t, false, 0)
+	s, rec, _, control := start(t, false, 0)
 	for _, h := range []string{"127.0.0.1", "10.1.2.3", "169.254.169.254", "100.64.0.1", "10.0.0.0/8", "172.16.0.0/16"} {
 		_, err := Change(control, OpAllow, h)
 		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), ErrInternal.Error()) {
@@ -253,7 +253,7 @@ func TestAllowInternalRefused(t *testing.T) {
 	if got := strings.Join(s.Allowlist(), ","); got != "198.51.100.10,private.test" {
 		t.Errorf("allowlist: %s", got)
 	}
-	if n := len(audit.events(t)); n != 2 {
+	if n := len(rec.events(t)); n != 2 {
 		t.Errorf("%d audit events, want the two changes", n)
 	}
 }
@@ -261,8 +261,8 @@ func TestAllowInternalRefused(t *testing.T) {
 // TestUnrecordedChangeRefused: a change or an admitting answer the audit
 // cannot record does not happen.
 func TestUnrecordedChangeRefused(t *testing.T) {
-	s, audit, helper, control := start(t, true, 5*time.Second)
-	audit.setFail(true)
+	s, rec, helper, control := start(t, true, 5*time.Second)
+	rec.setFail(true)
 	if _, err := Change(control, OpAllow, "new.test"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), errDiskFull.Error()) {
 		t.Errorf("allow with a failing audit: %v", err)
 	}
@@ -290,7 +290,7 @@ func TestUnrecordedChangeRefused(t *testing.T) {
 	if got := s.Allowlist(); len(got) != 0 {
 		t.Errorf("allowlist changed without a record: %v", got)
 	}
-	audit.setFail(false)
+	rec.setFail(false)
 	if _, err := Change(control, OpAllow, "new.test"); err != nil {
 		t.Errorf("allow once the audit works again: %v", err)
 	}
@@ -316,7 +316,7 @@ func TestControlRefusesOtherUsers(t *testing.T) {
 		os.Exit(0)
 	}
 	testhost.RequireRoot(t)
-	s, audit, _, control := start(t, false, 0)
+	s, rec, _, control := start(t, false, 0)
 	// Open the way on purpose: the uid check must hold on its own.
 	os.Chmod(filepath.Dir(control), 0o755)
 	os.Chmod(control, 0o666)
@@ -349,7 +349,7 @@ func TestControlRefusesOtherUsers(t *testing.T) {
 	if got := s.Allowlist(); len(got) != 0 {
 		t.Errorf("another uid changed the allowlist: %v", got)
 	}
-	if n := len(audit.events(t)); n != 0 {
+	if n := len(rec.events(t)); n != 0 {
 		t.Errorf("audit events from another uid: %d", n)
 	}
 	// And the same request from this uid is answered.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/netaddr"
 	"github.com/aisb-dev/aisb/internal/termsafe"
@@ -34,7 +34,7 @@ type Options struct {
 	ControlSocket string        // aisb allow, deny and watch connect here (never mounted anywhere)
 	// Record writes one event to the session's audit. A policy change it
 	// cannot record does not happen; nor does an admitting answer.
-	Record   func(gate.Event) error
+	Record   func(audit.Event) error
 	OnChange func(allowlist []string)
 }
 
@@ -249,7 +249,7 @@ func (s *Server) changeLocked(op string, h allowlist.Host, p peer, via string) (
 	default:
 		return false, fmt.Errorf("unknown change %q", op)
 	}
-	if err := s.recordLocked(gate.Event{Event: gate.EventPolicyChange, Action: op, Host: h.String(), By: &gate.Who{UID: p.uid, PID: p.pid, Via: via}}); err != nil {
+	if err := s.recordLocked(audit.Event{Event: audit.EventPolicyChange, Action: op, Host: h.String(), By: &audit.Who{UID: p.uid, PID: p.pid, Via: via}}); err != nil {
 		s.live = before
 		return false, fmt.Errorf("%s %s: %w; nothing changed", op, h, err)
 	}
@@ -260,7 +260,7 @@ func (s *Server) changeLocked(op string, h allowlist.Host, p peer, via string) (
 }
 
 // recordLocked writes one event to the session's audit.
-func (s *Server) recordLocked(e gate.Event) error {
+func (s *Server) recordLocked(e audit.Event) error {
 	if s.o.Record == nil {
 		return nil
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/aisb-dev/aisb/contract"
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/config"
 )
@@ -21,8 +21,8 @@ var ErrCredentialNeedsGate = errors.New("credentials are set by a session's own 
 // gateCredentials reads each credential's value from the user's environment
 // (lookup) for the gate. An unset variable is an error, never a silent gap;
 // no error message ever carries a value.
-func gateCredentials(cs []config.Credential, lookup func(string) (string, bool)) ([]gate.Credential, error) {
-	var out []gate.Credential
+func gateCredentials(cs []config.Credential, lookup func(string) (string, bool)) ([]squidconf.Credential, error) {
+	var out []squidconf.Credential
 	for i, c := range cs {
 		v, ok := lookup(c.Env)
 		if !ok || v == "" {
@@ -32,7 +32,7 @@ func gateCredentials(cs []config.Credential, lookup func(string) (string, bool))
 		if err != nil {
 			return nil, fmt.Errorf("credentials[%d]: %w", i, err)
 		}
-		gc := gate.Credential{Name: c.Env, Host: h, Header: c.Header, Value: c.Prefix + v}
+		gc := squidconf.Credential{Name: c.Env, Host: h, Header: c.Header, Value: c.Prefix + v}
 		if err := gc.Check(); err != nil {
 			return nil, fmt.Errorf("credentials[%d]: %w", i, err)
 		}
@@ -55,7 +55,7 @@ func checkCredentialMode(n int, mode contract.Mode, gateName string) error {
 }
 
 // credentialEnv puts the placeholder in each credential's variable.
-func credentialEnv(env map[string]string, creds []gate.Credential) {
+func credentialEnv(env map[string]string, creds []squidconf.Credential) {
 	for _, c := range creds {
 		env[c.Name] = Placeholder
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/reaper"
 	"github.com/aisb-dev/aisb/internal/safefile"
@@ -22,7 +23,7 @@ import (
 // gate. It converts what the gate logs last (a tunnel the sandbox had open
 // is logged when squid sees it close) into the audit, then kills and
 // removes the gate. Until the audit is complete, a marker beside it says so
-// (gate.MarkFinishing), which `aisb audit` heeds.
+// (audit.MarkFinishing), which `aisb audit` heeds.
 
 // handoff is what aisb leaves its watchdog: written to the session's
 // directory, which is aisb's own (squid can write only its gate/
@@ -41,18 +42,18 @@ const handoffName = "finish.json"
 // watchdog, the gate's secrets included (it removes them once squid is
 // gone); where that fails, it finishes the gate itself and reports that it
 // did not hand it off.
-func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.Gate, follower *gate.Follower, wd *reaper.Watchdog, trace func(string)) (handedOff bool, err error) {
+func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.Gate, follower *audit.Follower, wd *reaper.Watchdog, trace func(string)) (handedOff bool, err error) {
 	offset, ferr := follower.Handoff()
 	if ferr != nil {
 		ferr = fmt.Errorf("the audit of session %s is incomplete: %w", id, ferr)
 	}
 	auditDir := o.Paths.AuditDir()
 	sessionMax, _ := o.Config.Config.Logs.Bytes()
-	h := handoff{Port: g.Port, TLSPort: g.TLSPort, Squid: g.Squid, Offset: offset, SessionMax: sessionMax}
+	h := handoff{Port: g.Port, TLSPort: g.TLSPort, Squid: g.Squid(), Offset: offset, SessionMax: sessionMax}
 	b, _ := json.Marshal(h)
 	err = safefile.Write(filepath.Join(o.Paths.SessionDir(id), handoffName), b, 0o600)
 	if err == nil {
-		err = gate.MarkFinishing(auditDir, id, wd.Owner())
+		err = audit.MarkFinishing(auditDir, id, wd.Owner())
 	}
 	if err == nil {
 		err = wd.Finish()
@@ -63,7 +64,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 	}
 	o.Logf("%v; finishing the gate before returning", err)
 	aerr := finishAudit(ctx, g, auditDir, h, o.Logf)
-	err = errors.Join(gate.FinishedAudit(auditDir, id, aerr), g.Kill(c))
+	err = errors.Join(audit.FinishedAudit(auditDir, id, aerr), g.Kill(c))
 	trace("gate removed")
 	if aerr != nil {
 		err = errors.Join(err, fmt.Errorf("the audit of session %s is incomplete: %w", id, aerr))
@@ -77,7 +78,7 @@ func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.
 // converted. Without squid's process (it was not seen), it is converted
 // once the log is quiet, and killed by Podman afterwards.
 func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, logf func(string, ...any)) error {
-	a, err := gate.OpenAudit(auditDir, g.Session, gate.AuditLimits{Session: h.SessionMax})
+	a, err := audit.OpenAudit(auditDir, g.Session, audit.AuditLimits{Session: h.SessionMax})
 	if err != nil {
 		return err
 	}
@@ -103,13 +104,16 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 	if err != nil {
 		err = fmt.Errorf("read what the session handed over: %w", err)
 	} else {
-		g := &gate.Gate{Name: gate.ContainerName(id), Session: id, Port: h.Port, TLSPort: h.TLSPort, Dir: gateDir(dir), Squid: h.Squid}
-		err = finishAudit(ctx, g, auditDir, h, logf)
+		var g *gate.Gate
+		g, err = gate.Running(gate.Known{Session: id, Dir: gateDir(dir), Port: h.Port, TLSPort: h.TLSPort, Squid: h.Squid})
+		if err == nil {
+			err = finishAudit(ctx, g, auditDir, h, logf)
+		}
 	}
 	// squid is gone (or, not seen, about to be): its secrets go before the
 	// audit is marked complete, so a complete audit means they are gone.
 	errs := []error{gate.RemoveSecrets(gateDir(dir))}
-	errs = append(errs, gate.FinishedAudit(auditDir, id, err), err)
+	errs = append(errs, audit.FinishedAudit(auditDir, id, err), err)
 	errs = append(errs, reaper.Remove(where, []string{gate.ContainerName(id), sandbox.ContainerName(id)}))
 	// The helper's copy, which aisb left to squid (steer.stop).
 	os.RemoveAll(helperDir(dir))
@@ -134,7 +138,7 @@ var ErrKilled = errors.New("the session's aisb ended without finishing (killed?)
 func Abandoned(where engine.Where, paths state.Paths, id string) error {
 	var errs []error
 	if _, err := os.Lstat(filepath.Join(paths.AuditDir(), id+".jsonl")); err == nil {
-		errs = append(errs, gate.FinishedAudit(paths.AuditDir(), id, ErrKilled))
+		errs = append(errs, audit.FinishedAudit(paths.AuditDir(), id, ErrKilled))
 	}
 	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}))
 	// Also when Podman could not be reached: the keys do not outlive aisb.

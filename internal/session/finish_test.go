@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/state"
 )
@@ -38,7 +39,7 @@ func sessionWithSecrets(t *testing.T) (state.Paths, string) {
 	if err := os.MkdirAll(paths.AuditDir(), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := gate.MarkFinishing(paths.AuditDir(), id, state.Owner()); err != nil {
+	if err := audit.MarkFinishing(paths.AuditDir(), id, state.Owner()); err != nil {
 		t.Fatal(err)
 	}
 	return paths, id
@@ -69,7 +70,7 @@ func TestFinishRemovesSecrets(t *testing.T) {
 		t.Error("Finish without Podman reported no error")
 	}
 	checkSecretsGone(t, paths, id)
-	if err := gate.AuditState(paths.AuditDir(), id); err != nil {
+	if err := audit.AuditState(paths.AuditDir(), id); err != nil {
 		t.Errorf("the audit is not marked complete: %v", err)
 	}
 	b, _ := os.ReadFile(filepath.Join(paths.AuditDir(), id+".jsonl"))

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/aisb-dev/aisb/contract"
-	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/live"
 )
@@ -24,8 +25,8 @@ type steer struct {
 	entry     live.Entry // guarded by mu: the live server changes its allowlist
 	published bool       // the entry is in the registry (guarded by mu)
 	server    *live.Server
-	audit     *gate.Audit // nil without a session gate
-	helperDir string      // mounted into the gate; "" without a live server
+	audit     *audit.Audit // nil without a session gate
+	helperDir string       // mounted into the gate; "" without a live server
 	logf      func(string, ...any)
 }
 
@@ -47,7 +48,7 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 		return s, nil
 	}
 	sessionMax, totalMax := o.Config.Config.Logs.Bytes()
-	aud, err := gate.OpenAudit(o.Paths.AuditDir(), id, gate.AuditLimits{Session: sessionMax, Total: totalMax})
+	aud, err := audit.OpenAudit(o.Paths.AuditDir(), id, audit.AuditLimits{Session: sessionMax, Total: totalMax})
 	if err != nil {
 		s.stop(false)
 		return nil, err
@@ -62,7 +63,7 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 		s.entry.Control = live.SocketPath(s.dir, id)
 		s.server, err = live.Start(live.Options{
 			Session: id, Start: o.Config.Allowlist, Ask: netCfg.Ask, AskTimeout: netCfg.AskWait(),
-			HelperSocket: filepath.Join(s.helperDir, gate.HelperSocket), ControlSocket: s.entry.Control,
+			HelperSocket: filepath.Join(s.helperDir, squidconf.HelperSocket), ControlSocket: s.entry.Control,
 			Record: aud.Record,
 			OnChange: func(list []string) {
 				s.mu.Lock()
@@ -129,7 +130,7 @@ func (s *steer) quiet() {
 	}
 }
 
-// helperDir is where a session's gate finds its helper (gate.HelperDir):
+// helperDir is where a session's gate finds its helper (gate.Options.HelperDir):
 // in the session's directory, removed once the gate is gone.
 func helperDir(sessionDir string) string { return filepath.Join(sessionDir, "ask") }
 

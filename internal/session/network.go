@@ -11,6 +11,7 @@ import (
 
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/sandbox"
 )
 
@@ -66,9 +67,9 @@ func (r *run) openNetwork(ctx context.Context) error {
 		// entrypoint execs the command only once ready has told it.
 		p.AwaitGate = o.GateName == ""
 		n.awaited = p.AwaitGate
-		if sg.g.CACert != nil {
+		if sg.g.CACert() != nil {
 			// The sandbox trusts the gate for the credential hosts.
-			p.SessionCA = string(sg.g.CACert)
+			p.SessionCA = string(sg.g.CACert())
 			caEnv(r.env)
 		}
 		for k, v := range proxyEnv(fmt.Sprintf("http://%s:%d", mapped, port)) {
@@ -165,7 +166,7 @@ type sessionGate struct {
 	opening   chan error // Open's result, read once (opened)
 	once      sync.Once
 	openErr   error
-	follower  *gate.Follower
+	follower  *audit.Follower
 	// ctx is the session's, for the hand-over; watchCtx ends the host watch.
 	ctx       context.Context
 	watchCtx  context.Context

@@ -8,6 +8,7 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 
 	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/harness"
 	"github.com/aisb-dev/aisb/internal/project"
@@ -32,7 +33,7 @@ type run struct {
 	env     map[string]string
 	ssh     sshParts
 	gitDirs []project.GitMount
-	creds   []gate.Credential
+	creds   []squidconf.Credential
 
 	// The session's resources, in the order Run acquires them.
 	c      *engine.Conn

@@ -1,6 +1,5 @@
-// Package gate runs the per-session egress gate: a squid on the host's
-// loopback that admits allowlisted names only, and its audit trail.
-package gate
+// Package squidconf renders the gate's squid.conf from typed inputs: pure, no files, no Podman.
+package squidconf
 
 import (
 	"fmt"
@@ -8,26 +7,9 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/netaddr"
-)
-
-// LogVersion is the first field of every access-log line the gate writes;
-// the audit parser refuses lines of any other version.
-const LogVersion = "aisb2"
-
-// Rules name the http_access line that decided a request; the access log
-// records them and the audit explains them.
-const (
-	RuleClient      = "client"       // the client is not on loopback
-	RuleManager     = "manager"      // the cache manager
-	RuleConnectPort = "connect_port" // CONNECT to anything but 443 (and 22, see RuleSSHNotListed)
-	RuleScheme      = "scheme"       // a plain request for anything but http://
-	RulePort        = "port"         // plain HTTP to anything but 80 and 443
-	RuleIPLiteral   = "ip_literal"   // an address instead of a name, not listed
-	RuleNotListed   = "not_listed"   // a name not on the allowlist
-	RuleInternal    = "internal"     // an allowed name resolving to an internal address
-	RuleAllowed     = "allowed"      // admitted
 )
 
 // Config is everything squid.conf is rendered from. Every host in Allowlist
@@ -57,12 +39,26 @@ type Helper struct {
 	Socket  string // the session's helper socket, as the gate sees it
 }
 
+// The names of the helper and of the session's helper socket in the
+// directory the gate mounts for them.
+const (
+	HelperProgram = "aisb-gatehelper"
+	HelperSocket  = "helper.sock"
+)
+
 var sessionRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// ValidSession reports whether id may name a gate's session (a session id
+// or a long-lived gate's name): Render refuses any other.
+func ValidSession(id string) bool { return sessionRE.MatchString(id) }
 
 // Render writes squid.conf. The order of the http_access lines is the
 // security property: every refusal that needs no DNS comes first, and the
 // only ACL that resolves (gate_internal, a dst ACL) is reached only for
 // requests already known to be allowed, so a refused name is never resolved.
+// Some 170 lines, kept whole on purpose: the file reads top to bottom as
+// squid will, and the order of its lines is what is reviewed; the TLS, SSH,
+// credential and hand-over parts are rendered by their own files.
 func Render(c Config) (string, error) {
 	if !sessionRE.MatchString(c.Session) {
 		return "", fmt.Errorf("render gate config: session id %q: want [a-z0-9-]", c.Session)
@@ -80,7 +76,7 @@ func Render(c Config) (string, error) {
 			}
 		}
 	}
-	if err := checkCredentials(c.Credentials); err != nil {
+	if err := CheckCredentials(c.Credentials); err != nil {
 		return "", fmt.Errorf("render gate config: %w", err)
 	}
 	var names, addrs []string
@@ -144,17 +140,17 @@ func Render(c Config) (string, error) {
 	line("# the host and port squid used (not the Host header), status, bytes sent")
 	line("# to the client, squid's result and hierarchy, what the TLS step did, the")
 	line("# credential set (its name, never its value), and the rule that decided.")
-	line("logformat gate_audit %s %%ts.%%03tu %s %%>a %%rm %%>rd %%>rP %%>Hs %%<st %%Ss:%%Sh %%ssl::bump_mode %%{cred}note %%{rule}note", LogVersion, c.Session)
+	line("logformat gate_audit %s %%ts.%%03tu %s %%>a %%rm %%>rd %%>rP %%>Hs %%<st %%Ss:%%Sh %%ssl::bump_mode %%{cred}note %%{rule}note", audit.LogVersion, c.Session)
 	line("buffered_logs off")
 	line("")
 	line("# ACLs that never resolve anything.")
-	line("acl gate_clients src 127.0.0.1/32 %s/32 ::1", SelfAddr)
+	line("acl gate_clients src 127.0.0.1/32 %s/32 ::1", audit.SelfAddr)
 	line("acl gate_connect method CONNECT")
-	line("acl gate_connect_ports port 443 %d", SSHPort)
+	line("acl gate_connect_ports port 443 %d", audit.SSHPort)
 	line("acl gate_web_ports port 80 443")
 	line("acl gate_http proto HTTP")
 	line("acl gate_at_front myportname %s", frontPortName)
-	line("acl gate_from_front src %s", SelfAddr)
+	line("acl gate_from_front src %s", audit.SelfAddr)
 	line("acl gate_handed all-of gate_connect gate_from_front !gate_at_front")
 	line(`acl gate_ip_literal dstdom_regex -n ^[0-9.]+$ : [[]`)
 	if len(addrs) > 0 {
@@ -167,7 +163,7 @@ func Render(c Config) (string, error) {
 		line("%s", l)
 	}
 	line("# The one ACL that resolves: reached only for allowed requests.")
-	line("%s", internalACL(c.Host))
+	line("%s", InternalACL(c.Host))
 	live := ""
 	if h := c.Helper; h != nil {
 		line("# Names the lists above do not hold are asked of the session's aisb (aisb")
@@ -190,25 +186,25 @@ func Render(c Config) (string, error) {
 	renderTLSACLs(line, c.Dir, names, c.Credentials)
 	line("")
 	line("# Tags: always match, so each is put last on its line and records the rule.")
-	for _, r := range []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed} {
+	for _, r := range []string{audit.RuleClient, audit.RuleManager, audit.RuleConnectPort, audit.RuleScheme, audit.RulePort, audit.RuleIPLiteral, audit.RuleSSHNotListed, audit.RuleNotListed, audit.RuleInternal, audit.RuleAllowed} {
 		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
 	}
 	line("")
-	line("http_access deny !gate_clients gate_rule_%s", RuleClient)
-	line("http_access deny manager gate_rule_%s", RuleManager)
-	line("http_access deny gate_connect !gate_connect_ports gate_rule_%s", RuleConnectPort)
+	line("http_access deny !gate_clients gate_rule_%s", audit.RuleClient)
+	line("http_access deny manager gate_rule_%s", audit.RuleManager)
+	line("http_access deny gate_connect !gate_connect_ports gate_rule_%s", audit.RuleConnectPort)
 	if len(c.Credentials) > 0 {
 		// Requests decrypted from a credential host's tunnel are https.
-		line("http_access deny !gate_connect !gate_http !gate_bumped gate_rule_%s", RuleScheme)
+		line("http_access deny !gate_connect !gate_http !gate_bumped gate_rule_%s", audit.RuleScheme)
 	} else {
-		line("http_access deny !gate_connect !gate_http gate_rule_%s", RuleScheme)
+		line("http_access deny !gate_connect !gate_http gate_rule_%s", audit.RuleScheme)
 	}
-	line("http_access deny !gate_connect !gate_web_ports gate_rule_%s", RulePort)
+	line("http_access deny !gate_connect !gate_web_ports gate_rule_%s", audit.RulePort)
 	listedAddr := ""
 	if len(addrs) > 0 {
 		listedAddr = " !gate_listed_addrs"
 	}
-	line("http_access deny gate_ip_literal%s%s gate_rule_%s", listedAddr, live, RuleIPLiteral)
+	line("http_access deny gate_ip_literal%s%s gate_rule_%s", listedAddr, live, audit.RuleIPLiteral)
 	line("%s", sshAccess(sshNames))
 	// A CONNECT to port 22 that got here is for a listed SSH name.
 	sshListed := ""
@@ -216,23 +212,23 @@ func Render(c Config) (string, error) {
 		sshListed = " !gate_ssh_port"
 	}
 	if len(names) > 0 {
-		line("http_access deny !gate_listed_names%s%s%s gate_rule_%s", listedAddr, sshListed, live, RuleNotListed)
+		line("http_access deny !gate_listed_names%s%s%s gate_rule_%s", listedAddr, sshListed, live, audit.RuleNotListed)
 	} else if len(addrs) > 0 {
-		line("http_access deny !gate_listed_addrs%s%s gate_rule_%s", sshListed, live, RuleNotListed)
+		line("http_access deny !gate_listed_addrs%s%s gate_rule_%s", sshListed, live, audit.RuleNotListed)
 	} else {
-		line("http_access deny%s%s gate_rule_%s", sshListed, live, RuleNotListed)
+		line("http_access deny%s%s gate_rule_%s", sshListed, live, audit.RuleNotListed)
 	}
-	line("http_access deny gate_internal gate_rule_%s", RuleInternal)
+	line("http_access deny gate_internal gate_rule_%s", audit.RuleInternal)
 	renderCredentialAccess(line, c.Credentials)
-	line("http_access allow gate_rule_%s", RuleAllowed)
+	line("http_access allow gate_rule_%s", audit.RuleAllowed)
 	line("http_access deny all")
 	renderTLSRules(line, c.Dir, names, c.Credentials, c.DefaultCA)
 	renderHandover(line, c)
 	return b.String(), nil
 }
 
-// internalACL is the one line of squid.conf that follows the host: every
+// InternalACL is the one line of squid.conf that follows the host: every
 // internal range, and the host's on-link prefixes and addresses.
-func internalACL(h netaddr.Host) string {
+func InternalACL(h netaddr.Host) string {
 	return "acl gate_internal dst " + strings.Join(h.Refused(), " ")
 }

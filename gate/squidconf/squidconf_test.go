@@ -1,10 +1,9 @@
-// The renderer's tests in one file of about 370 lines: golden files, rule
+// The renderer's tests in one file of about 280 lines: golden files, rule
 // order, SSH, the live helper and the TLS layer all read the same squid.conf.
 
-package gate
+package squidconf
 
 import (
-	"errors"
 	"flag"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/netaddr"
 )
@@ -54,12 +54,12 @@ func TestRenderOrder(t *testing.T) {
 			access = append(access, l)
 		}
 	}
-	rules := []string{RuleClient, RuleManager, RuleConnectPort, RuleScheme, RulePort, RuleIPLiteral, RuleSSHNotListed, RuleNotListed, RuleInternal, RuleAllowed}
+	rules := []string{audit.RuleClient, audit.RuleManager, audit.RuleConnectPort, audit.RuleScheme, audit.RulePort, audit.RuleIPLiteral, audit.RuleSSHNotListed, audit.RuleNotListed, audit.RuleInternal, audit.RuleAllowed}
 	for i, r := range rules {
 		if !strings.HasSuffix(access[i], "gate_rule_"+r) {
 			t.Errorf("http_access line %d is %q, want the %s rule, tag last", i, access[i], r)
 		}
-		if strings.Contains(access[i], "gate_internal") != (r == RuleInternal) {
+		if strings.Contains(access[i], "gate_internal") != (r == audit.RuleInternal) {
 			t.Errorf("the resolving ACL appears on line %q", access[i])
 		}
 	}
@@ -83,100 +83,6 @@ func TestRenderRefusesUnvalidated(t *testing.T) {
 			t.Errorf("rendered %+v", c)
 		}
 	}
-}
-
-func TestParseLine(t *testing.T) {
-	e, err := ParseLine("aisb1 1764415320.123 sess 127.0.0.1 CONNECT allowed.test 443 200 5120 allowed")
-	if err != nil || e.Event != EventAllowed || e.Host != "allowed.test" || e.Port != 443 || e.Status != 200 || e.Bytes != 5120 || e.Time.UnixMilli() != 1764415320123 {
-		t.Errorf("%+v %v", e, err)
-	}
-	e, err = ParseLine("aisb1 1764415320.123 sess 127.0.0.1 - - - 0 0 -")
-	if err != nil || e.Event != EventBlocked || e.Rule != RuleUntagged {
-		t.Errorf("untagged line: %+v %v", e, err)
-	}
-	e, err = ParseLine("aisb1 1764415320.123 sess 127.0.0.1 GET evil host 80 403 10 not_listed")
-	if err != nil || e.Host != "evil host" || e.Rule != RuleNotListed {
-		t.Errorf("host with a space: %+v %v", e, err)
-	}
-	for _, bad := range []string{"", "aisb0 1 s c m h 1 2 3 r", "aisb1 x s c m h 1 2 3 r", "aisb1 1 s"} {
-		if _, err := ParseLine(bad); err == nil {
-			t.Errorf("ParseLine(%q) accepted", bad)
-		}
-	}
-	e, err = ParseLine("aisb1 1764415320.123 sess 127.0.0.1 GET evil\x1b]0;pwned\x07.test 80 403 10 not_listed")
-	if err != nil || e.Host != "evil?]0;pwned?.test" {
-		t.Errorf("control bytes reach the terminal: %q %v", e.Host, err)
-	}
-	if e, ok := eventFor("garbage", "s"); !ok || e.Event != EventBlocked || e.Rule != RuleMalformed {
-		t.Errorf("malformed line: %+v", e)
-	}
-}
-
-// TestParseTLSLines: lines as squid-openssl writes them for the TLS step
-// (measured); a tunnel terminated at the TLS step is never read as allowed.
-func TestParseTLSLines(t *testing.T) {
-	for _, c := range []struct {
-		line        string
-		event, rule string
-		bookkeeping bool
-	}{
-		{"aisb2 1796060311.625 s 127.0.0.1 CONNECT allowed.test 443 200 2262 TCP_TUNNEL:HIER_DIRECT splice - allowed", EventAllowed, RuleAllowed, false},
-		{"aisb2 1796060311.610 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE splice - allowed", "", "", true},
-		{"aisb2 1796060311.634 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - sni_mismatch", EventBlocked, RuleSNIMismatch, false},
-		{"aisb2 1796060311.638 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - no_sni", EventBlocked, RuleNoSNI, false},
-		{"aisb2 1796060311.654 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE peek - not_tls", EventBlocked, RuleNotTLS, false},
-		// Terminated without a tag of ours, or never reaching the TLS step.
-		{"aisb2 1796060311.654 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - allowed", EventBlocked, RuleTerminated, false},
-		{"aisb2 1796060311.654 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE - - allowed", EventBlocked, RuleTerminated, false},
-		{"aisb2 1796060390.850 s 127.0.0.1 CONNECT api.allowed.test 443 200 0 NONE_NONE:HIER_DIRECT bump - bumped", EventAllowed, RuleBumped, false},
-		{"aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 200 227 TCP_MISS:HIER_DIRECT bump TEST_KEY credential", EventAllowed, RuleCredential, false},
-		{"aisb2 1796060390.917 s 127.0.0.1 GET evil host 443 403 10 NONE_NONE:HIER_NONE - - not_listed", EventBlocked, RuleNotListed, false},
-		// Measured: a credential host whose certificate did not verify.
-		{"aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 503 3740 NONE_NONE:HIER_NONE - - -", EventBlocked, RuleUpstream, false},
-	} {
-		e, err := ParseLine(c.line)
-		if c.bookkeeping {
-			if !errors.Is(err, ErrBookkeeping) {
-				t.Errorf("%q: %+v %v, want bookkeeping", c.line, e, err)
-			}
-			continue
-		}
-		if err != nil || e.Event != c.event || e.Rule != c.rule {
-			t.Errorf("%q: %+v %v, want %s %s", c.line, e, err, c.event, c.rule)
-		}
-	}
-	e, _ := ParseLine("aisb2 1796060390.917 s 127.0.0.1 GET api.allowed.test 443 200 227 TCP_MISS:HIER_DIRECT bump TEST_KEY credential")
-	if e.Credential != "TEST_KEY" || e.TLS != "bump" || e.Host != "api.allowed.test" || e.Bytes != 227 {
-		t.Errorf("credential line: %+v", e)
-	}
-}
-
-// FuzzParseLine: no input panics the audit parser; whatever it reads is
-// either an allowed event with the allowed rule or a blocked one.
-func FuzzParseLine(f *testing.F) {
-	f.Add("aisb1 1764415320.123 sess 127.0.0.1 CONNECT allowed.test 443 200 5120 allowed")
-	f.Add("aisb1 1764415320.123 sess 127.0.0.1 - - - 0 0 -")
-	f.Add("aisb1 1e300 s c m h p s b r")
-	f.Add("aisb1 -1 \x00 \xff GET a b c d allowed")
-	f.Add("aisb2 1796060311.610 s 127.0.0.1 CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - allowed")
-	f.Add("aisb2 1 s c CONNECT h 443 200 0 NONE_NONE:HIER_NONE splice \x1b bumped")
-	f.Fuzz(func(t *testing.T, line string) {
-		e, err := ParseLine(line)
-		if err != nil {
-			return
-		}
-		if (e.Event == EventAllowed) != Allowed(e.Rule) {
-			t.Fatalf("event %q with rule %q", e.Event, e.Rule)
-		}
-		for _, field := range []string{e.Host, e.Method, e.Session, e.Client, e.Rule, e.TLS, e.Credential} {
-			for _, c := range []byte(field) {
-				if c < 0x20 || c > 0x7e {
-					t.Fatalf("unprintable byte %#x in %q", c, field)
-				}
-			}
-		}
-		_ = Advice(e)
-	})
 }
 
 // TestRenderSSH: the SSH list opens port 22 for its names only, through the
@@ -268,7 +174,7 @@ func TestRenderHelperOnlyForUnlisted(t *testing.T) {
 				}
 			}
 		}
-		if len(asking) != 2 || !strings.HasSuffix(asking[0], RuleIPLiteral) || !strings.HasSuffix(asking[1], RuleNotListed) {
+		if len(asking) != 2 || !strings.HasSuffix(asking[0], audit.RuleIPLiteral) || !strings.HasSuffix(asking[1], audit.RuleNotListed) {
 			t.Errorf("%v: lines that ask: %q", list, asking)
 		}
 	}

@@ -1,4 +1,4 @@
-package gate
+package audit
 
 import (
 	"encoding/json"
@@ -56,7 +56,7 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 }
 
 // endsCapped reports whether the audit file at path ends with the capped
-// event: an audit continued by another follower (StartAudit from an offset)
+// event: an audit continued by another follower (StartFollow from an offset)
 // stays capped.
 func endsCapped(path string) bool {
 	f, err := os.Open(path)

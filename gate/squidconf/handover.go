@@ -1,8 +1,9 @@
-package gate
+package squidconf
 
 import (
 	"fmt"
-	"strings"
+
+	"github.com/aisb-dev/aisb/gate/audit"
 )
 
 // The gate listens on two ports of the host's loopback. The sandbox talks to
@@ -17,11 +18,6 @@ import (
 // with a certificate of its own making (measured on 6.13: the client sees a
 // failed handshake, never the 403 and its hint). So no refusal may happen on
 // a port with ssl-bump, and none the sandbox talks to has it.
-
-// SelfAddr is the source address of the front's connections to the TLS port
-// (tcp_outgoing_address), a client the gate admits like loopback; the audit
-// reads a request-less line from it as squid checking that its TLS port is up.
-const SelfAddr = "127.0.0.3"
 
 // Names squid knows the two ports and the peer by.
 const (
@@ -46,7 +42,7 @@ func renderPorts(line func(string, ...any), c Config, generate bool) {
 	line("# SO_REUSEPORT) with aisb, which holds it until squid has checked it.")
 	line("http_port 127.0.0.1:%d name=%s", c.Port, frontPortName)
 	line("http_port 127.0.0.1:%d name=%s worker-queues ssl-bump tls-cert=%s/%s tls-key=%s/%s generate-host-certificates=%s dynamic_cert_mem_cache_size=1MB",
-		c.TLSPort, tlsPortName, c.Dir, caCertFile, c.Dir, caKeyFile, gen)
+		c.TLSPort, tlsPortName, c.Dir, CACertFile, c.Dir, CAKeyFile, gen)
 }
 
 // renderHandover writes the parent peer that hands the front's admitted
@@ -66,12 +62,12 @@ func renderHandover(line func(string, ...any), c Config) {
 	line("cache_peer_access %s allow gate_at_front gate_connect gate_tls_target", tlsPeerName)
 	line("cache_peer_access %s deny all", tlsPeerName)
 	line("never_direct allow gate_at_front gate_connect gate_tls_target")
-	line("tcp_outgoing_address %s gate_to_tls_peer", SelfAddr)
+	line("tcp_outgoing_address %s gate_to_tls_peer", audit.SelfAddr)
 	line("connect_retries 3")
 	line("")
 	line("# One line per decision: the front's line of a tunnel it handed over")
 	line("# (admitted, 200) is left out; the TLS port's line of it is the decision.")
-	line("acl gate_noted_allowed note rule %s", RuleAllowed)
+	line("acl gate_noted_allowed note rule %s", audit.RuleAllowed)
 	line("acl gate_status_ok http_status 200")
 	line("acl gate_handed_over all-of gate_at_front gate_connect gate_tls_target gate_noted_allowed gate_status_ok")
 	line("access_log stdio:%s/access.log gate_audit !gate_handed_over", c.Dir)
@@ -88,12 +84,4 @@ func checkPorts(c Config) error {
 		return fmt.Errorf("render gate config: the front and TLS ports are both %d", c.Port)
 	}
 	return nil
-}
-
-// isSelfCheck reports whether an access-log line is squid checking its own
-// TLS port: a connection from SelfAddr that carried no request. Squid writes
-// such lines whatever the access_log ACLs say (they are checked only for
-// transactions with a request).
-func isSelfCheck(e Event) bool {
-	return e.Client == SelfAddr && e.Method == "-" && e.Bytes == 0 && strings.Trim(e.Host, "-") == ""
 }

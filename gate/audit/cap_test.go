@@ -1,4 +1,4 @@
-package gate
+package audit
 
 import (
 	"bytes"
@@ -56,16 +56,16 @@ func TestPruneAudit(t *testing.T) {
 // past the cap.
 func TestAuditStaysCapped(t *testing.T) {
 	dir := t.TempDir()
-	g := &Gate{Session: "s1", Dir: t.TempDir()}
+	gateDir := t.TempDir()
 	line := "aisb1 1764500000.000 s1 127.0.0.1 GET unlisted.test 80 403 0 not_listed\n"
-	log := filepath.Join(g.Dir, "access.log")
+	log := filepath.Join(gateDir, "access.log")
 	os.WriteFile(log, []byte(strings.Repeat(line, 100)), 0o600)
 	lim := AuditLimits{Session: 4096}
 	a, err := OpenAudit(dir, "s1", lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, err := StartFollow(context.Background(), g, a, 0, t.Logf).Handoff()
+	off, err := StartFollow(context.Background(), log, "s1", a, 0, t.Logf).Handoff()
 	if err != nil || off != int64(100*len(line)) {
 		t.Fatalf("handoff at %d: %v", off, err)
 	}
@@ -77,7 +77,7 @@ func TestAuditStaysCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := StartFollow(context.Background(), g, a, off, t.Logf).Stop(); err != nil {
+	if err := StartFollow(context.Background(), log, "s1", a, off, t.Logf).Stop(); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
@@ -88,7 +88,7 @@ func TestAuditStaysCapped(t *testing.T) {
 	// Control: uncapped, the continued follower converts what it finds.
 	dir2 := t.TempDir()
 	a, _ = OpenAudit(dir2, "s1", AuditLimits{})
-	StartFollow(context.Background(), g, a, off, t.Logf).Stop()
+	StartFollow(context.Background(), log, "s1", a, off, t.Logf).Stop()
 	a.Close()
 	if b, _ := os.ReadFile(filepath.Join(dir2, "s1.jsonl")); strings.Count(string(b), "\n") != 10 {
 		t.Errorf("continued from %d without a cap: %d lines, want 10", off, strings.Count(string(b), "\n"))

@@ -1,4 +1,4 @@
-package gate
+package squidconf
 
 import (
 	"errors"
@@ -58,8 +58,8 @@ func (c Credential) Check() error {
 // hostKey and headerKey identify a credential's target for duplicates.
 func (c Credential) hostKey() string { return c.Host.String() + " " + strings.ToLower(c.Header) }
 
-// checkCredentials checks every credential and refuses two for one header of one host.
-func checkCredentials(creds []Credential) error {
+// CheckCredentials checks every credential and refuses two for one header of one host.
+func CheckCredentials(creds []Credential) error {
 	seen := map[string]string{}
 	for _, c := range creds {
 		if err := c.Check(); err != nil {

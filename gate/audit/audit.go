@@ -1,17 +1,14 @@
-package gate
+// Package audit is the gate's audit trail: its events, the access-log parser and follower, caps and markers.
+package audit
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aisb-dev/aisb/internal/allowlist"
-	"github.com/aisb-dev/aisb/internal/tail"
 )
 
 // Audit events.
@@ -65,7 +62,7 @@ func (e Event) Blocked() bool { return e.Event == EventBlocked }
 // ErrBookkeeping is returned for a line that records no decision: squid logs
 // a spliced tunnel twice, once when it hands the connection over (nothing
 // sent yet) and once when the tunnel closes, only the second is an event;
-// and it logs its own check that the TLS port is up (see isSelfCheck).
+// and it logs its own check that the TLS port is up (see IsSelfCheck).
 var ErrBookkeeping = errors.New("a bookkeeping line, not a decision")
 
 // logVersion1 is the format before the TLS layer; lines of a long-lived
@@ -129,7 +126,7 @@ func ParseLine(line string) (Event, error) {
 	if e.Rule == "-" || e.Rule == "" {
 		e.Rule = RuleUntagged
 	}
-	if tail == 7 && isSelfCheck(e) {
+	if tail == 7 && IsSelfCheck(e) {
 		return e, ErrBookkeeping
 	}
 	if tail == 7 && e.Method == "CONNECT" && e.Port != SSHPort && Allowed(e.Rule) {
@@ -151,43 +148,6 @@ func ParseLine(line string) (Event, error) {
 		e.Event = EventAllowed
 	}
 	return e, nil
-}
-
-// Follow converts the access log at path into JSON audit lines on out as
-// squid writes them, until ctx ends; then it converts what remains and
-// returns. A missing log is waited for.
-func Follow(ctx context.Context, path, session string, out io.Writer) error {
-	_, err := follow(ctx, path, session, out, tail.Options{Free: true})
-	return err
-}
-
-func follow(ctx context.Context, path, session string, out io.Writer, o tail.Options) (int64, error) {
-	enc := json.NewEncoder(out)
-	// squid can write its directory: the log is opened without following a
-	// link, must be a regular file, and what is converted is freed.
-	return tail.FollowLog(ctx, path, o, func(line []byte) error {
-		e, ok := eventFor(string(line), session)
-		if !ok {
-			return nil
-		}
-		if err := enc.Encode(e); err != nil {
-			return fmt.Errorf("write audit: %w", err)
-		}
-		return nil
-	})
-}
-
-// eventFor drops only squid's bookkeeping lines: one the parser cannot read
-// is a blocked event.
-func eventFor(line, session string) (Event, bool) {
-	e, err := ParseLine(line)
-	switch {
-	case errors.Is(err, ErrBookkeeping):
-		return e, false
-	case err != nil:
-		return Event{Time: time.Now().UTC(), Session: session, Event: EventBlocked, Rule: RuleMalformed, Host: "-"}, true
-	}
-	return e, true
 }
 
 // Advice says how to allow what an event blocked, or why no allowlist entry can.
@@ -244,4 +204,12 @@ func printable(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// sshAdvice says how to let SSH reach host, or why no entry can.
+func sshAdvice(host string) string {
+	if _, err := allowlist.ParseHost(host); err != nil || strings.Trim(host, "0123456789.") == "" {
+		return "SSH through the gate goes to listed names only, never to an address; no entry lifts this"
+	}
+	return fmt.Sprintf("to allow SSH to it: aisb run --allow-ssh %s, or add %q to network.ssh_hosts", host, host)
 }

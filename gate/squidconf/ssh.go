@@ -1,21 +1,14 @@
-package gate
+package squidconf
 
 import (
 	"fmt"
 	"strings"
 
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 )
 
-// SSH through the gate: a CONNECT to port 22 is admitted only for the names
-// on the session's SSH list (network.ssh_hosts, --allow-ssh), which is kept
-// apart from the HTTPS allowlist; port 443 is unchanged by it.
-
-// SSHPort is the one port SSH tunnels may go to.
-const SSHPort = 22
-
-// RuleSSHNotListed tags a CONNECT to port 22 for a name not on the SSH list.
-const RuleSSHNotListed = "ssh_not_listed"
+// SSH through the gate: see audit.SSHPort.
 
 // sshNames checks that every SSH host came from the validator and is a name:
 // an SSH entry is never an address or a network.
@@ -35,7 +28,7 @@ func sshNames(hosts []allowlist.Host) ([]string, error) {
 
 // sshACLs are the ACL lines for SSH; none of them resolves anything.
 func sshACLs(names []string) []string {
-	acls := []string{fmt.Sprintf("acl gate_ssh_port port %d", SSHPort)}
+	acls := []string{fmt.Sprintf("acl gate_ssh_port port %d", audit.SSHPort)}
 	if len(names) > 0 {
 		acls = append(acls, "acl gate_ssh_names dstdomain -n "+strings.Join(names, " "))
 	}
@@ -47,15 +40,7 @@ func sshACLs(names []string) []string {
 // then lets listed SSH tunnels through to the internal-address check.
 func sshAccess(names []string) string {
 	if len(names) == 0 {
-		return "http_access deny gate_connect gate_ssh_port gate_rule_" + RuleSSHNotListed
+		return "http_access deny gate_connect gate_ssh_port gate_rule_" + audit.RuleSSHNotListed
 	}
-	return "http_access deny gate_connect gate_ssh_port !gate_ssh_names gate_rule_" + RuleSSHNotListed
-}
-
-// sshAdvice says how to let SSH reach host, or why no entry can.
-func sshAdvice(host string) string {
-	if _, err := allowlist.ParseHost(host); err != nil || strings.Trim(host, "0123456789.") == "" {
-		return "SSH through the gate goes to listed names only, never to an address; no entry lifts this"
-	}
-	return fmt.Sprintf("to allow SSH to it: aisb run --allow-ssh %s, or add %q to network.ssh_hosts", host, host)
+	return "http_access deny gate_connect gate_ssh_port !gate_ssh_names gate_rule_" + audit.RuleSSHNotListed
 }

@@ -1,11 +1,11 @@
-package gate
+package squidconf
 
 import (
-	"errors"
 	"os/exec"
 	"strings"
 	"testing"
 
+	"github.com/aisb-dev/aisb/gate/audit"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 )
 
@@ -43,8 +43,8 @@ func TestRenderHandover(t *testing.T) {
 		"cache_peer_access gate_tls_peer deny all",
 		"never_direct allow gate_at_front gate_connect gate_tls_target",
 		"acl gate_tls_target port 443",
-		"tcp_outgoing_address " + SelfAddr + " gate_to_tls_peer",
-		"acl gate_clients src 127.0.0.1/32 " + SelfAddr + "/32 ::1",
+		"tcp_outgoing_address " + audit.SelfAddr + " gate_to_tls_peer",
+		"acl gate_clients src 127.0.0.1/32 " + audit.SelfAddr + "/32 ::1",
 	} {
 		if !strings.Contains(conf, want+"\n") {
 			t.Errorf("missing %q", want)
@@ -55,33 +55,6 @@ func TestRenderHandover(t *testing.T) {
 	}
 	if strings.Count(conf, "\naccess_log ") != 1 {
 		t.Error("not exactly one access_log")
-	}
-}
-
-// TestParseHandoverLines: squid's check of its own TLS port and the front's
-// line of a tunnel that failed to reach it, as squid 6.13 writes them; an
-// SSH tunnel is not read as stopped at a TLS step it never meets.
-func TestParseHandoverLines(t *testing.T) {
-	if _, err := ParseLine("aisb2 1796073174.938 s " + SelfAddr + " - - - 0 0 NONE_NONE:HIER_NONE - - -"); !errors.Is(err, ErrBookkeeping) {
-		t.Errorf("the TLS port check: %v, want bookkeeping", err)
-	}
-	// The same line from the sandbox's side is an event (blocked).
-	e, err := ParseLine("aisb2 1796073174.938 s 127.0.0.1 - - - 0 0 NONE_NONE:HIER_NONE - - -")
-	if err != nil || e.Event != EventBlocked || e.Rule != RuleUntagged {
-		t.Errorf("an empty connection from the sandbox: %+v %v", e, err)
-	}
-	// A request from the gate's own address is never dropped.
-	e, err = ParseLine("aisb2 1796073174.938 s " + SelfAddr + " CONNECT allowed.test 443 200 0 NONE_NONE:HIER_NONE terminate - sni_mismatch")
-	if err != nil || e.Rule != RuleSNIMismatch {
-		t.Errorf("a TLS port decision: %+v %v", e, err)
-	}
-	e, err = ParseLine("aisb2 1796060311.625 s 127.0.0.1 CONNECT allowed.test 443 500 0 NONE_NONE:HIER_NONE - - allowed")
-	if err != nil || e.Event != EventBlocked || e.Rule != RuleTerminated {
-		t.Errorf("a tunnel the front could not hand over: %+v %v", e, err)
-	}
-	e, err = ParseLine("aisb2 1796060311.625 s 127.0.0.1 CONNECT git.test 22 200 4120 TCP_TUNNEL:HIER_DIRECT - - allowed")
-	if err != nil || e.Event != EventAllowed || e.Rule != RuleAllowed {
-		t.Errorf("an SSH tunnel: %+v %v", e, err)
 	}
 }
 
@@ -98,7 +71,7 @@ func TestSNIHelper(t *testing.T) {
 		"A.example a.example target",
 		"a.example a.example other",
 	}, "\n") + "\n"
-	cmd := exec.Command("/bin/sh", "-c", sniHelper)
+	cmd := exec.Command("/bin/sh", "-c", SNIHelper)
 	cmd.Stdin = strings.NewReader(in)
 	out, err := cmd.Output()
 	if err != nil {
