@@ -262,3 +262,24 @@ func genOverrides(rng *rand.Rand) Overrides {
 	}
 	return o
 }
+
+// TestNarrowRulesLegacy: the previous code gives what TestNarrowRules wants,
+// lines compared as sets.
+func TestNarrowRulesLegacy(t *testing.T) {
+	sorted := func(resolve func(Sources) (*Resolved, error)) func(Sources) (*Resolved, error) {
+		return func(src Sources) (*Resolved, error) {
+			r, err := resolve(src)
+			if r != nil {
+				slices.Sort(r.Notices)
+			}
+			return r, err
+		}
+	}
+	for _, c := range narrowCases {
+		c.notices = slices.Clone(c.notices)
+		slices.Sort(c.notices)
+		if msg := runNarrowCase(t, c, sorted(legacyResolve)); msg != "" {
+			t.Errorf("project %q (trusted %v): %s", c.project, c.trusted, msg)
+		}
+	}
+}
