@@ -283,3 +283,31 @@ func TestNarrowRulesLegacy(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyRulesLegacy: the previous Apply gives what TestApplyRules wants,
+// problems compared as sets.
+func TestApplyRulesLegacy(t *testing.T) {
+	for _, c := range applyCases {
+		wantErr := slices.Clone(c.err)
+		slices.Sort(wantErr)
+		apply := func(r *Resolved, o Overrides) error {
+			err := r.legacyApply(o)
+			if err == nil {
+				return nil
+			}
+			lines := strings.Split(err.Error(), "\n")
+			slices.Sort(lines)
+			return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(lines, "\n"))
+		}
+		if wantErr == nil {
+			wantErr = nil
+		} else {
+			// The wrapping above puts "invalid configuration: " before
+			// the first line.
+			wantErr[0] = ErrInvalid.Error() + ": " + wantErr[0]
+		}
+		if msg := runApplyCase(c.o, c.want, wantErr, apply); msg != "" {
+			t.Errorf("%+v: %s", c.o, msg)
+		}
+	}
+}
