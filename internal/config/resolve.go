@@ -110,13 +110,14 @@ func (r *Resolved) merge(f *File) {
 
 // project lays a project file over the configuration: merged when the user
 // trusts it, narrowed when not, and narrowed even when trusted where the
-// field says so. A key a project may never set was refused before
-// (refuseProjectSecrets). It returns what narrowing said, in field order.
+// field says so. It returns what narrowing said, in field order.
 func (r *Resolved) project(f *File, trusted bool) []said {
 	n := &narrowing{f: f}
 	for _, fd := range fields {
 		switch {
 		case fd.userOnly != "":
+			// Never taken from a project file: Resolve refuses a file
+			// that sets one (refuseProjectSecrets) before this.
 		case trusted && !fd.narrowTrusted:
 			if fd.merge != nil {
 				fd.merge(r, f)

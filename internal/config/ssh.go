@@ -5,7 +5,8 @@ import (
 )
 
 // network.ssh_hosts and sandbox.ssh_agent: the hosts SSH may reach through
-// the gate on port 22, and whether the user's ssh-agent is forwarded.
+// the gate on port 22, and whether the user's ssh-agent is forwarded. What
+// a project file may do with either is in their entries in fields.
 
 // checkSSHHosts parses network.ssh_hosts once, into File.SSH.
 func checkSSHHosts(f *File) []Problem {
