@@ -226,22 +226,12 @@ func Parse(name string, content []byte) (*File, error) {
 	return f, nil
 }
 
-var knownKeys = map[string][]string{
-	"":            {"version", "network", "env", "limits", "sandbox", "logs", "credentials"},
-	"logs":        {"session_max", "total_max"},
-	"network":     {"mode", "allowed_hosts", "ssh_hosts", "host_ports", "dns", "ask", "ask_timeout", "upstream_ca"},
-	"credentials": credentialKeys,
-	"env":         {"pass", "set"},
-	"limits":      {"pids", "memory", "cpus"},
-	"sandbox":     {"harness", "base_image", "ssh_agent", "state"},
-}
-
 func unknownKey(name string, k toml.Key) Problem {
 	parent := ""
 	if len(k) > 1 {
 		parent = strings.Join(k[:len(k)-1], ".")
 	}
-	if known, ok := knownKeys[parent]; ok {
+	if known, ok := knownKeys()[parent]; ok {
 		where := "at the top level"
 		if parent != "" {
 			where = "in [" + parent + "]"

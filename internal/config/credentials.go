@@ -84,11 +84,10 @@ func checkUpstreamCA(f *File) []Problem {
 // repository would choose where the user's keys go.
 func refuseProjectSecrets(f *File, userFile string) error {
 	var ps Problems
-	if f.Defines("credentials") {
-		ps = append(ps, f.problem("credentials", "a project's %s can never add or change credentials, trusted or not; put them in your own configuration (%s)", ProjectFileName, userFile))
-	}
-	if f.Defines("network.upstream_ca") {
-		ps = append(ps, f.problem("network.upstream_ca", "a project's %s can never choose the CAs the gate trusts for credential hosts; put them in your own configuration (%s)", ProjectFileName, userFile))
+	for _, fd := range fields {
+		if fd.userOnly != "" && f.Defines(fd.key) {
+			ps = append(ps, f.problem(fd.key, "a project's %s can never %s; put them in your own configuration (%s)", ProjectFileName, fd.userOnly, userFile))
+		}
 	}
 	if len(ps) > 0 {
 		return ps

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"slices"
 	"sort"
-	"time"
 
 	"github.com/aisb-dev/aisb/internal/allowlist"
 )
@@ -47,8 +45,10 @@ func Widens(userFile string, f *File) ([]string, error) {
 		return nil, err
 	}
 	var out []string
-	for _, w := range r.narrow(f) {
-		out = append(out, w.field)
+	for _, s := range r.project(f, false) {
+		if s.ignored != nil {
+			out = append(out, s.ignored.field)
+		}
 	}
 	return out, nil
 }
@@ -86,16 +86,14 @@ func Resolve(src Sources) (*Resolved, error) {
 			if err != nil {
 				return nil, err
 			}
-			agent := r.Config.Sandbox.SSHAgent
 			r.ProjectFile = f
-			if trusted {
-				r.merge(f)
-			} else {
-				for _, w := range r.narrow(f) {
+			for _, s := range r.project(f, trusted) {
+				if w := s.ignored; w != nil {
 					r.Notices = append(r.Notices, fmt.Sprintf("%s: %s ignored: %s; run `aisb trust` to accept this file as it is", f.Name, w.field, w.why))
+				} else {
+					r.Notices = append(r.Notices, s.notice)
 				}
 			}
-			r.keepAgentOff(f, agent)
 		}
 	}
 	return r, nil
@@ -103,201 +101,32 @@ func Resolve(src Sources) (*Resolved, error) {
 
 // merge lays every key the file defines over the configuration.
 func (r *Resolved) merge(f *File) {
-	c, fc := &r.Config, f.Config
-	if f.Defines("network.mode") {
-		c.Network.Mode = fc.Network.Mode
-	}
-	if f.Defines("network.allowed_hosts") {
-		r.Allowlist = slices.Clone(f.Hosts)
-	}
-	if f.Defines("network.ssh_hosts") {
-		r.SSHHosts = slices.Clone(f.SSH)
-	}
-	if f.Defines("network.host_ports") {
-		c.Network.HostPorts = fc.Network.HostPorts
-	}
-	if f.Defines("network.dns") {
-		c.Network.DNS = fc.Network.DNS
-	}
-	if f.Defines("network.ask") {
-		c.Network.Ask = fc.Network.Ask
-	}
-	if f.Defines("network.ask_timeout") {
-		c.Network.AskTimeout = fc.Network.AskTimeout
-	}
-	if f.Defines("network.upstream_ca") {
-		c.Network.UpstreamCA = fc.Network.UpstreamCA
-	}
-	if f.Defines("credentials") {
-		c.Credentials = fc.Credentials
-	}
-	if f.Defines("env.pass") {
-		c.Env.Pass = fc.Env.Pass
-	}
-	for _, k := range sortedKeys(fc.Env.Set) {
-		if c.Env.Set == nil {
-			c.Env.Set = map[string]string{}
+	for _, fd := range fields {
+		if fd.merge != nil {
+			fd.merge(r, f)
 		}
-		c.Env.Set[k] = fc.Env.Set[k]
-	}
-	if f.Defines("limits.pids") {
-		c.Limits.Pids = fc.Limits.Pids
-	}
-	if f.Defines("limits.memory") {
-		c.Limits.Memory = fc.Limits.Memory
-	}
-	if f.Defines("limits.cpus") {
-		c.Limits.CPUs = fc.Limits.CPUs
-	}
-	if f.Defines("sandbox.harness") {
-		c.Sandbox.Harness = fc.Sandbox.Harness
-	}
-	if f.Defines("sandbox.base_image") {
-		c.Sandbox.BaseImage = fc.Sandbox.BaseImage
-	}
-	if f.Defines("sandbox.ssh_agent") {
-		c.Sandbox.SSHAgent = fc.Sandbox.SSHAgent
-	}
-	if f.Defines("sandbox.state") {
-		c.Sandbox.State = fc.Sandbox.State
-	}
-	if f.Defines("logs.session_max") {
-		c.Logs.SessionMax = fc.Logs.SessionMax
-	}
-	if f.Defines("logs.total_max") {
-		c.Logs.TotalMax = fc.Logs.TotalMax
 	}
 }
 
-// widening is one thing an untrusted project file asked for and did not get.
-type widening struct {
-	field string // with the value, e.g. network.allowed_hosts "x.example"
-	why   string
-}
-
-// narrow applies an untrusted project file: whoever wrote the repository may
-// take reach away from the sandbox, never give it more. It returns what it
-// ignored; a change of mode it applied becomes a notice.
-func (r *Resolved) narrow(f *File) (ignored []widening) {
-	ignore := func(field, why string) {
-		ignored = append(ignored, widening{field, why})
-	}
-	c, fc := &r.Config, f.Config
-	if f.Defines("network.mode") {
-		if fc.Network.Mode.Width() <= c.Network.Mode.Width() {
-			if fc.Network.Mode != c.Network.Mode {
-				r.Notices = append(r.Notices, fmt.Sprintf("%s: network.mode %q applied: it narrows your %q", f.Name, fc.Network.Mode, c.Network.Mode))
+// project lays a project file over the configuration: merged when the user
+// trusts it, narrowed when not, and narrowed even when trusted where the
+// field says so. It returns what narrowing said, in field order.
+func (r *Resolved) project(f *File, trusted bool) []said {
+	n := &narrowing{f: f}
+	for _, fd := range fields {
+		switch {
+		case fd.userOnly != "":
+			// Never taken from a project file: Resolve refuses a file
+			// that sets one (refuseProjectSecrets) before this.
+		case trusted && !fd.narrowTrusted:
+			if fd.merge != nil {
+				fd.merge(r, f)
 			}
-			c.Network.Mode = fc.Network.Mode
-		} else {
-			ignore("network.mode", fmt.Sprintf("%q is wider than %q", fc.Network.Mode, c.Network.Mode))
+		case fd.narrow != nil:
+			fd.narrow(r, f, n)
 		}
 	}
-	if f.Defines("network.allowed_hosts") {
-		kept, dropped := allowlist.Narrow(r.Allowlist, f.Hosts)
-		for _, h := range dropped {
-			ignore(fmt.Sprintf("network.allowed_hosts %q", h.String()), "a project file cannot add hosts your own configuration does not allow")
-		}
-		r.Allowlist = kept
-	}
-	r.narrowSSHHosts(f, ignore)
-	// Asking is narrower than allowing (an unlisted name is refused unless
-	// the user says yes), so a project may turn it on but never off, and may
-	// only shorten the wait.
-	if f.Defines("network.ask") {
-		if fc.Network.Ask {
-			c.Network.Ask = true
-		} else if c.Network.Ask {
-			ignore("network.ask", "a project file may turn asking on, not off")
-		}
-	}
-	if f.Defines("network.ask_timeout") {
-		if time.Duration(fc.Network.AskTimeout)*time.Second <= c.Network.AskWait() {
-			c.Network.AskTimeout = fc.Network.AskTimeout
-		} else {
-			ignore("network.ask_timeout", "a project file may only shorten the wait")
-		}
-	}
-	if f.Defines("network.host_ports") {
-		var kept []int
-		for _, p := range fc.Network.HostPorts {
-			if slices.Contains(c.Network.HostPorts, p) {
-				kept = append(kept, p)
-			} else {
-				ignore(fmt.Sprintf("network.host_ports %d", p), "a project file cannot open host ports your own configuration does not")
-			}
-		}
-		c.Network.HostPorts = kept
-	}
-	if f.Defines("env.pass") {
-		var kept []string
-		for _, n := range fc.Env.Pass {
-			if slices.Contains(c.Env.Pass, n) {
-				kept = append(kept, n)
-			} else {
-				ignore(fmt.Sprintf("env.pass %q", n), "a project file cannot pass variables your own configuration does not")
-			}
-		}
-		c.Env.Pass = kept
-	}
-	for _, n := range sortedKeys(fc.Env.Set) {
-		ignore("env.set."+keyName(n), "a project file cannot add environment variables")
-	}
-	if f.Defines("network.dns") {
-		ignore("network.dns", "a project file cannot choose the resolvers that decide where allowed names go")
-	}
-	if f.Defines("sandbox.harness") && fc.Sandbox.Harness != c.Sandbox.Harness {
-		ignore("sandbox.harness", "a harness brings its own allowed hosts and variables")
-	}
-	if f.Defines("sandbox.base_image") && fc.Sandbox.BaseImage != c.Sandbox.BaseImage {
-		ignore("sandbox.base_image", "a project file cannot choose the image the sandbox is built from")
-	}
-	if f.Defines("sandbox.state") {
-		// Narrower is fewer sessions sharing one state: a repository may
-		// ask for a fresh home, never for the state of other projects.
-		if fc.Sandbox.State.width() <= c.Sandbox.State.width() {
-			c.Sandbox.State = fc.Sandbox.State
-		} else {
-			ignore("sandbox.state", fmt.Sprintf("%q is wider than %q: a project file cannot share its state with other projects", fc.Sandbox.State, c.Sandbox.State))
-		}
-	}
-	if f.Defines("limits.pids") {
-		if lower(fc.Limits.Pids, c.Limits.Pids) {
-			c.Limits.Pids = fc.Limits.Pids
-		} else {
-			ignore("limits.pids", "a project file may only lower limits")
-		}
-	}
-	if f.Defines("limits.memory") {
-		want, _ := ParseMemory(fc.Limits.Memory)
-		have, _ := ParseMemory(c.Limits.Memory) // 0 when unset
-		if lower(want, have) {
-			c.Limits.Memory = fc.Limits.Memory
-		} else {
-			ignore("limits.memory", "a project file may only lower limits")
-		}
-	}
-	if f.Defines("limits.cpus") {
-		if lower(fc.Limits.CPUs, c.Limits.CPUs) {
-			c.Limits.CPUs = fc.Limits.CPUs
-		} else {
-			ignore("limits.cpus", "a project file may only lower limits")
-		}
-	}
-	for _, key := range []string{"logs.session_max", "logs.total_max"} {
-		if f.Defines(key) {
-			ignore(key, "a project file cannot change what the audit keeps; set it in your own configuration")
-		}
-	}
-	return ignored
-}
-
-// lower reports whether limit want is at least as tight as have (0 = no limit).
-func lower[T int | int64 | float64](want, have T) bool {
-	if want == 0 {
-		return have == 0
-	}
-	return have == 0 || want <= have
+	return n.said
 }
 
 func sortedKeys(m map[string]string) []string {

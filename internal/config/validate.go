@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -13,34 +12,14 @@ import (
 	"github.com/aisb-dev/aisb/internal/harness"
 )
 
-// checks are run in this order on every file; each returns its own problems,
-// so one run reports everything wrong with the file at once.
-var checks = []struct {
-	name string
-	fn   func(f *File) []Problem
-}{
-	{"version", checkVersion},
-	{"network.mode", checkMode},
-	{"network.allowed_hosts", checkAllowedHosts},
-	{"network.ssh_hosts", checkSSHHosts},
-	{"network.host_ports", checkHostPorts},
-	{"network.dns", checkDNS},
-	{"network.ask_timeout", checkAskTimeout},
-	{"network.upstream_ca", checkUpstreamCA},
-	{"credentials", checkCredentials},
-	{"env.pass", checkEnvPass},
-	{"env.set", checkEnvSet},
-	{"limits", checkLimits},
-	{"sandbox.harness", checkHarness},
-	{"sandbox.base_image", checkBaseImage},
-	{"logs", checkLogs},
-	{"sandbox.state", checkState},
-}
-
+// validate runs every field's check, in field order; each returns its own
+// problems, so one run reports everything wrong with the file at once.
 func validate(f *File) []Problem {
 	var ps []Problem
-	for _, c := range checks {
-		ps = append(ps, c.fn(f)...)
+	for _, fd := range fields {
+		if fd.check != nil {
+			ps = append(ps, fd.check(f)...)
+		}
 	}
 	return ps
 }
@@ -182,23 +161,30 @@ func checkEnvSet(f *File) []Problem {
 	return ps
 }
 
-func checkLimits(f *File) []Problem {
-	var ps []Problem
-	l := f.Config.Limits
-	if l.Pids < 0 {
-		ps = append(ps, f.problem("limits.pids", "%d is negative; write a positive number of processes, or leave it out for no limit", l.Pids))
+func checkPids(f *File) []Problem {
+	if p := f.Config.Limits.Pids; p < 0 {
+		return []Problem{f.problem("limits.pids", "%d is negative; write a positive number of processes, or leave it out for no limit", p)}
 	}
-	if l.Memory != "" {
-		if _, err := ParseMemory(l.Memory); err != nil {
-			ps = append(ps, f.problem("limits.memory", "%v", err))
+	return nil
+}
+
+func checkMemory(f *File) []Problem {
+	if m := f.Config.Limits.Memory; m != "" {
+		if _, err := ParseMemory(m); err != nil {
+			return []Problem{f.problem("limits.memory", "%v", err)}
 		}
 	}
-	if l.CPUs < 0 {
-		ps = append(ps, f.problem("limits.cpus", "%g is negative; write a positive number such as 1.5, or leave it out for no limit", l.CPUs))
-	} else if l.CPUs > 0 && l.CPUs < MinCPUs {
-		ps = append(ps, f.problem("limits.cpus", "%s", cpusTooSmall(l.CPUs)))
+	return nil
+}
+
+func checkCPUs(f *File) []Problem {
+	switch c := f.Config.Limits.CPUs; {
+	case c < 0:
+		return []Problem{f.problem("limits.cpus", "%g is negative; write a positive number such as 1.5, or leave it out for no limit", c)}
+	case c > 0 && c < MinCPUs:
+		return []Problem{f.problem("limits.cpus", "%s", cpusTooSmall(c))}
 	}
-	return ps
+	return nil
 }
 
 // MinCPUs is the smallest CPU limit: 1 ms of CPU per 100 ms period, the
@@ -266,18 +252,15 @@ func keyName(k string) string {
 	return strconv.QuoteToASCII(k)
 }
 
-func checkLogs(f *File) []Problem {
-	var ps []Problem
-	for key, v := range map[string]string{"logs.session_max": f.Config.Logs.SessionMax, "logs.total_max": f.Config.Logs.TotalMax} {
-		if !f.Defines(key) {
-			continue
-		}
-		if n, err := ParseMemory(v); err != nil {
-			ps = append(ps, f.problem(key, "%v", err))
-		} else if n < 4096 {
-			ps = append(ps, f.problem(key, "%q is below 4k, too small for an audit; write a size such as \"64m\"", v))
-		}
+// checkLogSize checks logs.session_max or logs.total_max, value v.
+func checkLogSize(f *File, key, v string) []Problem {
+	if !f.Defines(key) {
+		return nil
 	}
-	sort.Slice(ps, func(i, j int) bool { return ps[i].Field < ps[j].Field })
-	return ps
+	if n, err := ParseMemory(v); err != nil {
+		return []Problem{f.problem(key, "%v", err)}
+	} else if n < 4096 {
+		return []Problem{f.problem(key, "%q is below 4k, too small for an audit; write a size such as \"64m\"", v)}
+	}
+	return nil
 }
