@@ -185,7 +185,7 @@ func BenchmarkGateMemory(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer g.Stop(c)
-	proxy, _ := url.Parse("http://" + g.Addr())
+	proxy, _ := url.Parse(g.ProxyURL("127.0.0.1"))
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}, Timeout: 10 * time.Second}
 	rss := func() float64 {
 		data, err := containers.Inspect(c.Ctx, g.Name, nil)

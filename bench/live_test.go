@@ -77,7 +77,7 @@ func BenchmarkAskLatency(b *testing.B) {
 	}()
 
 	latency := func(g *gate.Gate, target string, want int) time.Duration {
-		proxy, _ := url.Parse("http://" + g.Addr())
+		proxy, _ := url.Parse(g.ProxyURL("127.0.0.1"))
 		client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: 20 * time.Second}
 		var times []time.Duration
 		for i := 0; i < 15*runs; i++ {

@@ -65,6 +65,7 @@ func BenchmarkLiveChange(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	asSandbox(g)
 	defer g.Stop(c)
 	ca, err := os.ReadFile(filepath.Join(testhost.StateDir, "ca.pem"))
 	if err != nil {
@@ -222,7 +223,7 @@ func plainGet(gateAddr, host string) (int, error) {
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", host, host)
+	fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n", host, host, authHeader(gateAddr))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		return 0, err
@@ -244,7 +245,7 @@ func openTunnel(gateAddr string, roots *x509.CertPool) (*tunnel, error) {
 		return nil, err
 	}
 	raw.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(raw, "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+	fmt.Fprintf(raw, "CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n%s\r\n", authHeader(gateAddr))
 	br := bufio.NewReader(raw)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil || resp.StatusCode != 200 {

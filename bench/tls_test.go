@@ -64,6 +64,7 @@ func BenchmarkTLSCost(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		asSandbox(g)
 		b.Cleanup(func() { g.Stop(c) })
 		return g
 	}
@@ -203,7 +204,7 @@ func twoRequests(gateAddr, host string, roots *x509.CertPool) (fresh, again time
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n", host, host)
+	fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n%s\r\n", host, host, authHeader(gateAddr))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {

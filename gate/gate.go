@@ -64,6 +64,9 @@ type Gate struct {
 	TLSPort int    // on the host's 127.0.0.1: where the front hands tunnels to 443; 0 when unknown (a gate found running)
 	Dir     string // the session directory: squid.conf, access.log, cache.log
 
+	// token proves the sandbox to the gate (ProxyURL); "" in a view of a
+	// gate another process started (Running), which never proxies.
+	token string
 	// caCert is the session CA (PEM) the sandbox must trust for credential
 	// hosts; nil when the gate bumps nothing.
 	caCert []byte
@@ -157,7 +160,11 @@ func Create(c *engine.Conn, o Options) (*Gate, error) {
 // create is Create once the ports are chosen (the TLS port held, where it
 // can be): the gate's files, its container's spec, the container.
 func create(c *engine.Conn, o Options, hold *portHold, port, tlsPort int) (*Gate, error) {
-	caCert, err := writeFiles(o, port, tlsPort)
+	tokens, err := newTokens()
+	if err != nil {
+		return nil, fmt.Errorf("start gate: %w", err)
+	}
+	caCert, err := writeFiles(o, port, tlsPort, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -165,7 +172,7 @@ func create(c *engine.Conn, o Options, hold *portHold, port, tlsPort int) (*Gate
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
-	g := &Gate{Name: s.Name, Session: o.Session, Port: port, TLSPort: tlsPort, Dir: o.Dir, hold: hold}
+	g := &Gate{Name: s.Name, Session: o.Session, Port: port, TLSPort: tlsPort, Dir: o.Dir, hold: hold, token: tokens.Sandbox}
 	g.squidUID, g.uidKnown = squidUID(c)
 	if len(o.Credentials) > 0 {
 		g.caCert = caCert

@@ -8,16 +8,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,8 +117,30 @@ func TestSquidParse(t *testing.T) {
 
 // raw sends one request line (and headers) to the gate and returns the
 // status, the open connection and the reader positioned after the headers.
+// asSandbox holds, for each test gate's address, the Proxy-Authorization
+// its sandbox would send (registered by sandboxOf); raw sends it with
+// every request that brings none of its own.
+var asSandbox sync.Map
+
+// sandboxOf registers g's token for raw: the tests speak to g as its
+// sandbox does. TestGateRefusesOutsiders speaks without it.
+func sandboxOf(t *testing.T, g *gate.Gate) {
+	t.Helper()
+	u, err := url.Parse(g.ProxyURL("127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	asSandbox.Store(g.Addr(), "Basic "+base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)))
+	t.Cleanup(func() { asSandbox.Delete(g.Addr()) })
+}
+
 func raw(t *testing.T, gateAddr, req string) (int, net.Conn, *bufio.Reader) {
 	t.Helper()
+	if auth, ok := asSandbox.Load(gateAddr); ok && !strings.Contains(req, "Proxy-Authorization:") {
+		line, rest, _ := strings.Cut(req, "\r\n")
+		req = line + "\r\nProxy-Authorization: " + auth.(string) + "\r\n" + rest
+	}
 	conn, err := net.DialTimeout("tcp", gateAddr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -178,6 +203,7 @@ func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts [
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Stop(c) })
+	sandboxOf(t, g)
 	return g
 }
 

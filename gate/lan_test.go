@@ -105,6 +105,7 @@ func (l *lan) gate(t *testing.T, c *engine.Conn, img, session string, allow ...s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Stop(c) })
+	sandboxOf(t, g)
 	return g
 }
 

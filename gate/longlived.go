@@ -57,7 +57,7 @@ func Up(c *engine.Conn, o UpOptions) (*Gate, error) {
 	}
 	// The port and the follower are recorded beside the gate's directory,
 	// where squid cannot write.
-	if err := WriteRecord(o.Dir, Record{Port: g.Port, Follower: state.OwnerOf(f.Process.Pid)}); err != nil {
+	if err := WriteRecord(o.Dir, Record{Port: g.Port, Token: g.token, Follower: state.OwnerOf(f.Process.Pid)}); err != nil {
 		// Without its record, gate down could not stop the follower.
 		_ = f.Process.Kill()
 		return nil, errors.Join(fmt.Errorf("gate up: record the audit follower: %w", err), g.Stop(c))
@@ -105,7 +105,7 @@ func Find(c *engine.Conn, name, dir string) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate %s: %w", name, err)
 	}
-	g.Port = rec.Port
+	g.Port, g.token = rec.Port, rec.Token
 	return g, nil
 }
 

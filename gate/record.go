@@ -15,7 +15,10 @@ import (
 // parse hostile traffic, can write that directory, so nothing read back from
 // there is taken as truth.
 type Record struct {
-	Port     int    `json:"port"`
+	Port int `json:"port"`
+	// Token is the gate's sandbox token (squidconf.Tokens): the sessions
+	// that use the gate put it in their proxy URL.
+	Token    string `json:"token"`
 	Follower string `json:"follower,omitempty"` // the audit follower as "PID:STARTTIME"
 }
 
@@ -44,7 +47,7 @@ func ReadRecord(dir string) (Record, error) {
 	if err != nil {
 		return info, err
 	}
-	if err := json.Unmarshal(b, &info); err != nil || info.Port < 1 || info.Port > 65535 {
+	if err := json.Unmarshal(b, &info); err != nil || info.Port < 1 || info.Port > 65535 || !validToken(info.Token) {
 		return info, fmt.Errorf("%s: not a gate record", RecordPath(dir))
 	}
 	return info, nil

@@ -69,9 +69,9 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 // squidConfig is what the gate of o renders its squid.conf from, as squid
 // sees its directory: its two ports, the host's addresses, and whether
 // squid adds its own trust store (see WriteTLSFiles).
-func squidConfig(o Options, host netaddr.Host, port, tlsPort int, defaultCA bool) squidconf.Config {
+func squidConfig(o Options, host netaddr.Host, port, tlsPort int, defaultCA bool, tokens squidconf.Tokens) squidconf.Config {
 	cfg := squidconf.Config{Session: o.Session, Port: port, TLSPort: tlsPort, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host,
-		Credentials: o.Credentials, DefaultCA: defaultCA}
+		Credentials: o.Credentials, DefaultCA: defaultCA, Tokens: tokens}
 	if o.HelperDir != "" {
 		cfg.Helper = &squidconf.Helper{Program: helperMount + "/" + squidconf.HelperProgram, Socket: helperMount + "/" + squidconf.HelperSocket}
 	}

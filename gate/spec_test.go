@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -75,8 +76,12 @@ func TestSpec(t *testing.T) {
 func TestSquidConfig(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"a.example"})
 	o := Options{Session: "s", Dir: "/home/u/.local/state/aisb/s/gate", Allowlist: hosts, DNS: []netip.Addr{netip.MustParseAddr("192.0.2.53")}, HelperDir: "/run/user/1/aisb/s"}
-	cfg := squidConfig(o, netaddr.Host{}, 4001, 4002, true)
-	if cfg.Dir != "/gate" || cfg.Port != 4001 || cfg.TLSPort != 4002 || !cfg.DefaultCA || cfg.Session != "s" {
+	tokens, err := newTokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := squidConfig(o, netaddr.Host{}, 4001, 4002, true, tokens)
+	if cfg.Dir != "/gate" || cfg.Port != 4001 || cfg.TLSPort != 4002 || !cfg.DefaultCA || cfg.Session != "s" || cfg.Tokens != tokens {
 		t.Errorf("config %+v", cfg)
 	}
 	if cfg.Helper == nil || cfg.Helper.Program != "/ask/"+squidconf.HelperProgram || cfg.Helper.Socket != "/ask/"+squidconf.HelperSocket {
@@ -86,7 +91,7 @@ func TestSquidConfig(t *testing.T) {
 		t.Errorf("render: %v", err)
 	}
 	o.HelperDir = ""
-	if cfg := squidConfig(o, netaddr.Host{}, 4001, 4002, false); cfg.Helper != nil {
+	if cfg := squidConfig(o, netaddr.Host{}, 4001, 4002, false, squidconf.Tokens{}); cfg.Helper != nil {
 		t.Errorf("a helper without HelperDir: %+v", cfg.Helper)
 	}
 }
@@ -112,6 +117,29 @@ func TestRunning(t *testing.T) {
 	} {
 		if _, err := Running(k); !errors.Is(err, ErrKnown) {
 			t.Errorf("%+v: %v, want ErrKnown", k, err)
+		}
+	}
+}
+
+// TestTokensAndProxyURL: each gate gets two fresh tokens that squid.conf
+// accepts; the sandbox's proxy URL carries the sandbox's, and a long-lived
+// gate's record keeps only a well-formed one.
+func TestTokensAndProxyURL(t *testing.T) {
+	a, err := newTokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := newTokens()
+	if a == b || a.Sandbox == a.Peer || !validToken(a.Sandbox) || !validToken(a.Peer) {
+		t.Fatalf("tokens %+v and %+v", a, b)
+	}
+	g := &Gate{Port: 4001, token: a.Sandbox}
+	if got, want := g.ProxyURL("100.64.0.1"), "http://aisb:"+a.Sandbox+"@100.64.0.1:4001"; got != want {
+		t.Errorf("ProxyURL = %q, want %q", got, want)
+	}
+	for _, bad := range []string{"", "x", strings.Repeat("A", 32), a.Sandbox + "0"} {
+		if validToken(bad) {
+			t.Errorf("validToken(%q)", bad)
 		}
 	}
 }

@@ -32,6 +32,7 @@ func TestGateSSH(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Stop(c) })
+	sandboxOf(t, g)
 
 	// The listed name: the tunnel carries OpenSSH's own banner.
 	code, conn, br := raw(t, g.Addr(), "CONNECT git.test:22 HTTP/1.1\r\nHost: git.test:22\r\n\r\n")

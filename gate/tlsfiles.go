@@ -162,7 +162,7 @@ func writePrivate(path string, b []byte) error {
 // directory: squid.conf for its two ports and the TLS files, after removing
 // what a gate killed before left there. It returns the session CA's
 // certificate.
-func writeFiles(o Options, port, tlsPort int) (caCert []byte, err error) {
+func writeFiles(o Options, port, tlsPort int, tokens squidconf.Tokens) (caCert []byte, err error) {
 	host, err := netaddr.HostAddrs()
 	if err != nil {
 		return nil, err
@@ -175,7 +175,7 @@ func writeFiles(o Options, port, tlsPort int) (caCert []byte, err error) {
 	if err != nil {
 		return nil, err
 	}
-	conf, err := squidconf.Render(squidConfig(o, host, port, tlsPort, defaultCA))
+	conf, err := squidconf.Render(squidConfig(o, host, port, tlsPort, defaultCA, tokens))
 	if err != nil {
 		return nil, err
 	}

@@ -190,6 +190,12 @@ func Advice(e Event) string {
 		return "the gate's cache manager is never reachable"
 	case RuleClient:
 		return "the request did not come from the sandbox's side of the gate"
+	case RuleNotSandbox:
+		return "the request did not come from this session's sandbox (it lacked the sandbox's gate token): another local user or a process outside the sandbox; nothing lifts this"
+	case RuleBumpedMethod:
+		return fmt.Sprintf("%s is not sent inside the decrypted connection to %s; nothing lifts this", printable(e.Method), e.Host)
+	case RuleBumpedHost:
+		return fmt.Sprintf("the decrypted connection to a credential host carries requests for that host only, not %s; connect to it by name instead", e.Host)
 	default:
 		return "the gate could not read or finish this request (malformed, or the client left during the check)"
 	}

@@ -18,6 +18,11 @@ const (
 	RuleNotListed   = "not_listed"   // a name not on the allowlist
 	RuleInternal    = "internal"     // an allowed name resolving to an internal address
 	RuleAllowed     = "allowed"      // admitted
+	// RuleNotSandbox is a request that did not prove it comes from the
+	// session's own sandbox (its gate token), or on the TLS port one that is
+	// neither the front's hand-over nor decrypted from a bumped tunnel:
+	// another local user, or a process outside the sandbox.
+	RuleNotSandbox = "not_sandbox"
 )
 
 // Rules of the TLS layer: the gate peeks at every tunnel's ClientHello and
@@ -31,6 +36,9 @@ const (
 	RuleBumped      = "bumped"       // a tunnel to a credential host, decrypted by the gate
 	RuleCredential  = "credential"   // an HTTPS request to a credential host; the gate set its header
 	RuleWebsocket   = "websocket"    // an upgrade to a websocket inside a bumped tunnel
+	// Inside a bumped tunnel only the credential host's own requests pass.
+	RuleBumpedMethod = "bumped_method" // CONNECT, TRACE or TRACK inside a bumped tunnel
+	RuleBumpedHost   = "bumped_host"   // a request for another host than the bumped tunnel's own
 	// RuleUpstream is a request to port 443 that squid answered itself with
 	// 502/503 before any rule: inside a bumped tunnel, the credential host
 	// could not be reached or its certificate did not verify (measured: logged

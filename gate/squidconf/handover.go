@@ -58,7 +58,7 @@ func renderHandover(line func(string, ...any), c Config) {
 	line("# connections are retried (connect_retries).")
 	line("acl gate_tls_target port 443")
 	line("acl gate_to_tls_peer peername %s", tlsPeerName)
-	line("cache_peer 127.0.0.1 parent %d 0 no-query no-digest no-netdb-exchange name=%s", c.TLSPort, tlsPeerName)
+	line("cache_peer 127.0.0.1 parent %d 0 no-query no-digest no-netdb-exchange name=%s %s", c.TLSPort, tlsPeerName, peerLogin(c.Tokens))
 	line("cache_peer_access %s allow gate_at_front gate_connect gate_tls_target", tlsPeerName)
 	line("cache_peer_access %s deny all", tlsPeerName)
 	line("never_direct allow gate_at_front gate_connect gate_tls_target")

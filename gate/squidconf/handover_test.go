@@ -15,7 +15,7 @@ import (
 func TestRenderHandover(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"a.example"})
 	ssh, _ := allowlist.Parse([]string{"git.example"})
-	conf, err := Render(Config{Session: "s", Port: 4001, TLSPort: 4002, Dir: "/gate", Allowlist: hosts, SSHHosts: ssh})
+	conf, err := Render(Config{Session: "s", Port: 4001, TLSPort: 4002, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, SSHHosts: ssh})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestSNIHelper(t *testing.T) {
 // over is not put to the live helper again (one question, asked once).
 func TestRenderHandedNotAskedAgain(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"a.example", "192.0.2.7"})
-	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts, Helper: &Helper{Program: "/ask/h", Socket: "/ask/s"}})
+	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, Helper: &Helper{Program: "/ask/h", Socket: "/ask/s"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestRenderHandedNotAskedAgain(t *testing.T) {
 			}
 		}
 	}
-	if n != 2 || !strings.Contains(conf, "\nacl gate_handed all-of gate_connect gate_from_front !gate_at_front\n") {
+	if n != 2 || !strings.Contains(conf, "\nacl gate_handed all-of gate_connect gate_from_peer !gate_at_front\n") {
 		t.Errorf("%d asking lines; gate_handed:\n%s", n, conf)
 	}
 }

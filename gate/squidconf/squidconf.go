@@ -30,6 +30,9 @@ type Config struct {
 	// DefaultCA adds squid's own trust store for bumped upstreams (used when
 	// the host's store was not found).
 	DefaultCA bool
+	// Tokens prove the session's sandbox, and the front's hand-over, to
+	// the gate (auth.go).
+	Tokens Tokens
 }
 
 // Helper is the external ACL helper a session gate consults for names its
@@ -77,6 +80,9 @@ func Render(c Config) (string, error) {
 		}
 	}
 	if err := CheckCredentials(c.Credentials); err != nil {
+		return "", fmt.Errorf("render gate config: %w", err)
+	}
+	if err := c.Tokens.check(); err != nil {
 		return "", fmt.Errorf("render gate config: %w", err)
 	}
 	var names, addrs []string
@@ -150,8 +156,9 @@ func Render(c Config) (string, error) {
 	line("acl gate_web_ports port 80 443")
 	line("acl gate_http proto HTTP")
 	line("acl gate_at_front myportname %s", frontPortName)
-	line("acl gate_from_front src %s", audit.SelfAddr)
-	line("acl gate_handed all-of gate_connect gate_from_front !gate_at_front")
+	renderAuthACLs(line, c.Tokens)
+	line("# A tunnel the front handed to the TLS port: it carries the peer's token.")
+	line("acl gate_handed all-of gate_connect gate_from_peer !gate_at_front")
 	line(`acl gate_ip_literal dstdom_regex -n ^[0-9.]+$ : [[]`)
 	if len(addrs) > 0 {
 		line("acl gate_listed_addrs dst -n %s", strings.Join(addrs, " "))
@@ -186,11 +193,13 @@ func Render(c Config) (string, error) {
 	renderTLSACLs(line, c.Dir, names, c.Credentials)
 	line("")
 	line("# Tags: always match, so each is put last on its line and records the rule.")
-	for _, r := range []string{audit.RuleClient, audit.RuleManager, audit.RuleConnectPort, audit.RuleScheme, audit.RulePort, audit.RuleIPLiteral, audit.RuleSSHNotListed, audit.RuleNotListed, audit.RuleInternal, audit.RuleAllowed} {
+	for _, r := range []string{audit.RuleClient, audit.RuleManager, audit.RuleConnectPort, audit.RuleScheme, audit.RulePort, audit.RuleIPLiteral, audit.RuleSSHNotListed, audit.RuleNotListed, audit.RuleInternal, audit.RuleAllowed, audit.RuleNotSandbox} {
 		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
 	}
 	line("")
 	line("http_access deny !gate_clients gate_rule_%s", audit.RuleClient)
+	renderAuthAccess(line, len(c.Credentials) > 0)
+	renderBumpedAccess(line, c.Credentials)
 	line("http_access deny manager gate_rule_%s", audit.RuleManager)
 	line("http_access deny gate_connect !gate_connect_ports gate_rule_%s", audit.RuleConnectPort)
 	if len(c.Credentials) > 0 {

@@ -23,7 +23,7 @@ func TestRenderGolden(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"api.anthropic.com", ".github.com", "192.0.2.7"})
 	ssh, _ := allowlist.Parse([]string{"github.com", ".gitlab.example"})
 	conf, err := Render(Config{
-		Session: "golden", Port: 41234, TLSPort: 41235, Dir: "/gate", Allowlist: hosts, SSHHosts: ssh,
+		Session: "golden", Port: 41234, TLSPort: 41235, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, SSHHosts: ssh,
 		DNS:  []netip.Addr{netip.MustParseAddr("198.51.100.10")},
 		Host: netaddr.Host{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fe80::1"), netip.MustParseAddr("2001:db8::2")}},
 	})
@@ -44,7 +44,7 @@ func TestRenderGolden(t *testing.T) {
 // that resolves, so a refused name is never resolved.
 func TestRenderOrder(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"a.example"})
-	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts})
+	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,9 @@ func TestRenderOrder(t *testing.T) {
 			access = append(access, l)
 		}
 	}
-	rules := []string{audit.RuleClient, audit.RuleManager, audit.RuleConnectPort, audit.RuleScheme, audit.RulePort, audit.RuleIPLiteral, audit.RuleSSHNotListed, audit.RuleNotListed, audit.RuleInternal, audit.RuleAllowed}
+	// Requests that are not the sandbox's are refused right after the
+	// client rule, on the front and on the TLS port.
+	rules := []string{audit.RuleClient, audit.RuleNotSandbox, audit.RuleNotSandbox, audit.RuleManager, audit.RuleConnectPort, audit.RuleScheme, audit.RulePort, audit.RuleIPLiteral, audit.RuleSSHNotListed, audit.RuleNotListed, audit.RuleInternal, audit.RuleAllowed}
 	for i, r := range rules {
 		if !strings.HasSuffix(access[i], "gate_rule_"+r) {
 			t.Errorf("http_access line %d is %q, want the %s rule, tag last", i, access[i], r)
@@ -74,11 +76,11 @@ func TestRenderRefusesUnvalidated(t *testing.T) {
 		{Name: "UPPER.example"},
 		{Name: "x"},
 	} {
-		if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: []allowlist.Host{h}}); err == nil {
+		if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: []allowlist.Host{h}}); err == nil {
 			t.Errorf("rendered unvalidated host %q", h.Name)
 		}
 	}
-	for _, c := range []Config{{Session: "S P", Port: 1, TLSPort: 2, Dir: "/gate"}, {Session: "s", Port: 0, TLSPort: 2, Dir: "/gate"}, {Session: "s", Port: 1, TLSPort: 1, Dir: "/gate"}, {Session: "s", Port: 1, TLSPort: 2, Dir: "/ga te"}} {
+	for _, c := range []Config{{Session: "S P", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens}, {Session: "s", Port: 0, TLSPort: 2, Dir: "/gate", Tokens: testTokens}, {Session: "s", Port: 1, TLSPort: 1, Dir: "/gate", Tokens: testTokens}, {Session: "s", Port: 1, TLSPort: 2, Dir: "/ga te"}} {
 		if _, err := Render(c); err == nil {
 			t.Errorf("rendered %+v", c)
 		}
@@ -105,7 +107,7 @@ func TestRenderSSH(t *testing.T) {
 		}
 		return out
 	}
-	with := access(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts, SSHHosts: ssh})
+	with := access(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, SSHHosts: ssh})
 	want := []string{
 		"http_access deny gate_connect !gate_connect_ports gate_rule_connect_port",
 		"http_access deny gate_connect gate_ssh_port !gate_ssh_names gate_rule_ssh_not_listed",
@@ -117,12 +119,12 @@ func TestRenderSSH(t *testing.T) {
 			t.Errorf("missing %q in\n%s", w, strings.Join(with, "\n"))
 		}
 	}
-	without := access(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts})
+	without := access(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts})
 	if !slices.Contains(without, "http_access deny gate_connect gate_ssh_port gate_rule_ssh_not_listed") ||
 		!slices.Contains(without, "http_access deny !gate_listed_names gate_rule_not_listed") {
 		t.Errorf("without SSH hosts:\n%s", strings.Join(without, "\n"))
 	}
-	onlySSH := access(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", SSHHosts: ssh})
+	onlySSH := access(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, SSHHosts: ssh})
 	if !slices.Contains(onlySSH, "http_access deny !gate_ssh_port gate_rule_not_listed") {
 		t.Errorf("SSH hosts only:\n%s", strings.Join(onlySSH, "\n"))
 	}
@@ -131,7 +133,7 @@ func TestRenderSSH(t *testing.T) {
 		{{Net: netip.MustParsePrefix("192.0.2.0/24")}},
 		{{Name: "evil.example\nhttp_access allow all"}},
 	} {
-		if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", SSHHosts: bad}); err == nil {
+		if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, SSHHosts: bad}); err == nil {
 			t.Errorf("rendered SSH host %v", bad)
 		}
 	}
@@ -143,7 +145,7 @@ func TestRenderSSH(t *testing.T) {
 func TestRenderHelperOnlyForUnlisted(t *testing.T) {
 	for _, list := range [][]string{{"a.example", "192.0.2.7"}, {"a.example"}, {"192.0.2.7"}, nil} {
 		hosts, _ := allowlist.Parse(list)
-		conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts, Helper: &Helper{Program: "/ask/aisb-gatehelper", Socket: "/ask/helper.sock"}})
+		conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, Helper: &Helper{Program: "/ask/aisb-gatehelper", Socket: "/ask/helper.sock"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,11 +180,11 @@ func TestRenderHelperOnlyForUnlisted(t *testing.T) {
 			t.Errorf("%v: lines that ask: %q", list, asking)
 		}
 	}
-	conf, _ := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate"})
+	conf, _ := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens})
 	if strings.Contains(conf, "gate_live") {
 		t.Error("a gate without a helper mentions it")
 	}
-	if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Helper: &Helper{Program: "/ask/x y", Socket: "/s"}}); err == nil {
+	if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Helper: &Helper{Program: "/ask/x y", Socket: "/s"}}); err == nil {
 		t.Error("a helper path with a space was rendered")
 	}
 }
@@ -199,7 +201,7 @@ func cred(t *testing.T, name, host, header, value string) Credential {
 func TestRenderCredentialsGolden(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"api.anthropic.com", "api.openai.com", ".github.com"})
 	conf, err := Render(Config{
-		Session: "golden", Port: 41234, TLSPort: 41235, Dir: "/gate", Allowlist: hosts,
+		Session: "golden", Port: 41234, TLSPort: 41235, Dir: "/gate", Tokens: testTokens, Allowlist: hosts,
 		Credentials: []Credential{
 			cred(t, "ANTHROPIC_API_KEY", "api.anthropic.com", "x-api-key", "sk-100%-secret"),
 			cred(t, "OPENAI_API_KEY", "api.openai.com", "authorization", "Bearer sk-other"),
@@ -225,7 +227,7 @@ func TestRenderCredentialsGolden(t *testing.T) {
 // SNI helper's yes; anything else is terminated last.
 func TestRenderTLSOrder(t *testing.T) {
 	hosts, _ := allowlist.Parse([]string{"a.example", ".b.example"})
-	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts,
+	conf, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts,
 		Credentials: []Credential{cred(t, "K", "a.example", "x-api-key", "v")}})
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +270,7 @@ func TestRenderRefusesBadCredentials(t *testing.T) {
 		"value empty":    cred(t, "K", "a.example", "x-api-key", ""),
 		"name":           cred(t, "K K", "a.example", "x-api-key", "v"),
 	} {
-		_, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts, Credentials: []Credential{c}})
+		_, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, Credentials: []Credential{c}})
 		if err == nil {
 			t.Errorf("%s: rendered", name)
 			continue
@@ -278,7 +280,7 @@ func TestRenderRefusesBadCredentials(t *testing.T) {
 		}
 	}
 	dup := []Credential{cred(t, "A", "a.example", "x-api-key", "v"), cred(t, "B", "a.example", "X-Api-Key", "w")}
-	if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Allowlist: hosts, Credentials: dup}); err == nil {
+	if _, err := Render(Config{Session: "s", Port: 1, TLSPort: 2, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, Credentials: dup}); err == nil {
 		t.Error("two credentials for one header of one host rendered")
 	}
 }

@@ -1,6 +1,11 @@
 package squidconf
 
-import "github.com/aisb-dev/aisb/gate/audit"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/aisb-dev/aisb/gate/audit"
+)
 
 // Paths inside the gate's directory (as squid sees it).
 const (
@@ -60,9 +65,21 @@ func renderTLSACLs(line func(string, ...any), dir string, names []string, creds 
 	line("acl gate_bump_mark annotate_client bumped=yes")
 	line("acl gate_bumped note bumped yes")
 	line("acl gate_upgrade req_header Upgrade .")
-	for i, h := range CredentialHosts(creds) {
+	// Inside a bumped tunnel only its own host's requests pass: the target
+	// (the URL's host), the tunnel's SNI and the Host header all name it.
+	hosts := CredentialHosts(creds)
+	var own []string
+	for i, h := range hosts {
 		line("acl gate_cred_target_%d dstdomain -n %s", i, h)
 		line("acl gate_cred_sni_%d ssl::server_name %s", i, h)
+		line("acl gate_cred_hosthdr_%d req_header Host -i ^%s(:443)?$", i, strings.ReplaceAll(h, ".", `\.`))
+		line("acl gate_cred_own_%d all-of gate_cred_target_%d gate_cred_sni_%d gate_cred_hosthdr_%d", i, i, i, i)
+		own = append(own, fmt.Sprintf("gate_cred_own_%d", i))
+	}
+	line("acl gate_bumped_own any-of %s", strings.Join(own, " "))
+	line("acl gate_bumped_methods method CONNECT TRACE TRACK")
+	for _, r := range []string{audit.RuleBumpedMethod, audit.RuleBumpedHost} {
+		line("acl gate_rule_%s annotate_transaction rule=%s", r, r)
 	}
 	for i, c := range creds {
 		line("acl gate_cred_note_%d annotate_transaction cred=%s", i, c.Name)
@@ -77,8 +94,19 @@ func renderCredentialAccess(line func(string, ...any), creds []Credential) {
 	}
 	line("http_access deny gate_bumped gate_upgrade gate_rule_%s", audit.RuleWebsocket)
 	for i := range CredentialHosts(creds) {
-		line("http_access allow gate_bumped gate_cred_target_%d gate_rule_%s", i, audit.RuleCredential)
+		line("http_access allow gate_bumped gate_cred_own_%d gate_rule_%s", i, audit.RuleCredential)
 	}
+}
+
+// renderBumpedAccess writes the refusals inside a bumped tunnel, before
+// any rule that could admit: no tunnel in the tunnel, no TRACE or TRACK
+// (they would echo the key the gate sets), no request for another host.
+func renderBumpedAccess(line func(string, ...any), creds []Credential) {
+	if len(creds) == 0 {
+		return
+	}
+	line("http_access deny gate_bumped gate_bumped_methods gate_rule_%s", audit.RuleBumpedMethod)
+	line("http_access deny gate_bumped !gate_bumped_own gate_rule_%s", audit.RuleBumpedHost)
 }
 
 // renderTLSRules writes the ssl_bump decisions and, for credential hosts,

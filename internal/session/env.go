@@ -36,7 +36,10 @@ func buildEnv(e config.Env, lookup func(string) (string, bool)) (map[string]stri
 
 // proxyEnv steers every common client through the gate at proxy.
 func proxyEnv(proxy string) map[string]string {
-	env := map[string]string{"NODE_USE_ENV_PROXY": "1"}
+	// git asks its proxy which authentication it wants before it sends
+	// any (curl's CURLAUTH_ANY) unless told: basic sends the gate's token
+	// with the first request, as every other client does.
+	env := map[string]string{"NODE_USE_ENV_PROXY": "1", "GIT_HTTP_PROXY_AUTHMETHOD": "basic"}
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "npm_config_proxy", "npm_config_https_proxy"} {
 		env[k] = proxy
 	}

@@ -72,7 +72,9 @@ func (r *run) openNetwork(ctx context.Context) error {
 			p.SessionCA = string(sg.g.CACert())
 			caEnv(r.env)
 		}
-		for k, v := range proxyEnv(fmt.Sprintf("http://%s:%d", mapped, port)) {
+		// The proxy URL carries the token that proves the sandbox to its
+		// gate: any other local process is refused there.
+		for k, v := range proxyEnv(sg.g.ProxyURL(mapped.String())) {
 			r.env[k] = v
 		}
 	case contract.ModeNoGate:
