@@ -5,6 +5,7 @@
 package gate
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -116,7 +116,7 @@ func freePort() (int, error) {
 // Start renders squid.conf for a free loopback port, runs the gate container
 // and waits until the port accepts connections. On any failure nothing is
 // left running.
-func Start(c *engine.Conn, o Options) (*Gate, error) {
+func Start(c engine.Engine, o Options) (*Gate, error) {
 	g, err := Create(c, o)
 	if err != nil {
 		return nil, err
@@ -131,7 +131,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 // container without starting it: the port is known (a session policy can
 // name it) before anything listens there. Open starts it. On failure
 // nothing is left.
-func Create(c *engine.Conn, o Options) (*Gate, error) {
+func Create(c engine.Engine, o Options) (*Gate, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -160,7 +160,7 @@ func Create(c *engine.Conn, o Options) (*Gate, error) {
 }
 
 // create is Create once the TLS port is chosen (and held, where it can be).
-func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPort int) (*Gate, error) {
+func create(c engine.Engine, o Options, host netaddr.Host, hold *portHold, tlsPort int) (*Gate, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
@@ -235,7 +235,7 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 	if o.Finisher != "" {
 		s.Labels[engine.LabelFinisher] = o.Finisher
 	}
-	if _, err := engine.Create(c, s); err != nil {
+	if _, err := c.ContainerCreate(context.TODO(), s); err != nil {
 		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
 	}
 	return g, nil
@@ -243,9 +243,9 @@ func create(c *engine.Conn, o Options, host netaddr.Host, hold *portHold, tlsPor
 
 // Open starts the created gate and returns once squid listens on its port.
 // On failure the gate is removed.
-func (g *Gate) Open(c *engine.Conn) error {
+func (g *Gate) Open(c engine.Engine) error {
 	defer g.hold.release()
-	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {
+	if err := c.ContainerStart(context.TODO(), g.Name); err != nil {
 		return errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
 	}
 	if err := g.waitReady(c, 20*time.Second); err != nil {
@@ -275,7 +275,7 @@ func ptr[T any](v T) *T { return &v }
 // deadline is checked right after the table, never right after a question
 // to the service: a gate that became ready while the service kept aisb
 // waiting is ready.
-func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
+func (g *Gate) waitReady(c engine.Engine, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
 		// tlsPortUp lets go of the hold first: only squid's own
@@ -356,15 +356,15 @@ func (g *Gate) tlsPortChecked() bool {
 	return false
 }
 
-func (g *Gate) running(c *engine.Conn) bool {
+func (g *Gate) running(c engine.Engine) bool {
 	_, ok := g.pid(c)
 	return ok
 }
 
 // pid is the host process id of the running gate's squid (0 when Podman
 // does not say), and whether it runs.
-func (g *Gate) pid(c *engine.Conn) (int, bool) {
-	data, err := containers.Inspect(c.Ctx, g.Name, nil)
+func (g *Gate) pid(c engine.Engine) (int, bool) {
+	data, err := c.ContainerInspect(context.TODO(), g.Name)
 	if err != nil || data.State == nil || !data.State.Running {
 		return 0, false
 	}
@@ -404,16 +404,16 @@ func (g *Gate) Addr() string { return fmt.Sprintf("127.0.0.1:%d", g.Port) }
 // and would only close connections: its access log is unbuffered. So once it
 // has logged what its clients did (Quiesce, at most 1 s), the gate is killed
 // and removed.
-func (g *Gate) Stop(c *engine.Conn) error {
+func (g *Gate) Stop(c engine.Engine) error {
 	g.Quiesce(time.Second)
 	return g.Kill(c)
 }
 
 // Kill kills and removes the gate at once.
-func (g *Gate) Kill(c *engine.Conn) error {
+func (g *Gate) Kill(c engine.Engine) error {
 	g.hold.release()
 	// A kill that fails because the gate is already gone is fine: Remove
 	// below is what must succeed, and it reports its own failure.
-	_ = containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("KILL"))
-	return engine.Remove(c, g.Name)
+	_ = c.ContainerKill(context.TODO(), g.Name, "KILL")
+	return engine.Remove(context.TODO(), c, g.Name)
 }
