@@ -97,3 +97,59 @@ func TestLayersCanFail(t *testing.T) {
 		t.Fatal("aisb-entrypoint does not list google/nftables: the dependency listing is broken")
 	}
 }
+
+// bindings is Podman's client: internal/engine alone speaks it, behind
+// engine.Engine, so that everything else can be driven by a fake.
+const bindings = "github.com/containers/podman/v5/pkg/bindings"
+
+// directImports maps every package of the module to its direct imports,
+// its test files' included.
+func directImports(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp",
+		"-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`, "./...")
+	cmd.Dir = testhost.RepoPath(".")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		imports[f[0]] = f[1:]
+	}
+	return imports
+}
+
+func importsBindings(imports []string) []string {
+	var out []string
+	for _, i := range imports {
+		if i == bindings || strings.HasPrefix(i, bindings+"/") {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func TestBindingsOnlyInEngine(t *testing.T) {
+	for pkg, imports := range directImports(t) {
+		if pkg == mod+"internal/engine" {
+			continue
+		}
+		if bad := importsBindings(imports); len(bad) > 0 {
+			t.Errorf("%s imports %s: Podman's bindings belong to internal/engine (call engine.Engine)", pkg, strings.Join(bad, ", "))
+		}
+	}
+}
+
+// TestBindingsCheckCanFail: the listing sees internal/engine's own import
+// of the bindings, so a passing TestBindingsOnlyInEngine means something.
+func TestBindingsCheckCanFail(t *testing.T) {
+	imports := directImports(t)
+	if len(imports) < 20 {
+		t.Fatalf("go list ./... lists %d packages: the listing is broken", len(imports))
+	}
+	if len(importsBindings(imports[mod+"internal/engine"])) == 0 {
+		t.Fatal("internal/engine does not list the bindings among its imports: the listing is broken")
+	}
+}
