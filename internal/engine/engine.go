@@ -248,9 +248,12 @@ func (c *Conn) Close() error {
 }
 
 // RequirePasta fails with a clear message when the service is too old for pasta.
-func (c *Conn) RequirePasta() error {
-	if c.Version.LT(MinPasta) {
-		return fmt.Errorf("podman %s has no pasta network mode (needs %s); use slirp4netns or upgrade Podman", c.Version, MinPasta)
+func (c *Conn) RequirePasta() error { return RequirePastaOf(c.Version) }
+
+// RequirePastaOf is RequirePasta of a service of version v.
+func RequirePastaOf(v semver.Version) error {
+	if v.LT(MinPasta) {
+		return fmt.Errorf("podman %s has no pasta network mode (needs %s); use slirp4netns or upgrade Podman", v, MinPasta)
 	}
 	return nil
 }
