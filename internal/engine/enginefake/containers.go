@@ -1,15 +1,10 @@
 package enginefake
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"path"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -34,6 +29,8 @@ type container struct {
 	code     int32
 	files    map[string][]byte // absolute path in the container -> content
 	exitCode *int32            // set: it exits at start with it
+	stdout   []byte            // what an attach writes once it has exited
+	stderr   []byte
 }
 
 func (c *container) kind() string { return c.spec.Labels[engine.LabelKind] }
@@ -46,71 +43,6 @@ type Container struct {
 	Labels   map[string]string
 	Spec     *specgen.SpecGenerator
 	Files    map[string][]byte // what copies into it put there (not its volumes')
-}
-
-type exitRule struct {
-	match Match
-	code  int32
-}
-
-type filesRule struct {
-	match Match
-	files map[string][]byte
-}
-
-// ExitOnStart makes the containers m matches, created later, exit with
-// code as soon as they start (a sandbox whose command ends at once).
-// Without it a started container runs until killed or removed (Exit ends
-// it from the test).
-func (f *Fake) ExitOnStart(m Match, code int32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.exits = append(f.exits, exitRule{m, code})
-}
-
-// Files puts files (absolute path -> content, owned by the container's
-// root) into the containers m matches, created later: what a copy out of
-// them finds (the entrypoint's status file, say).
-func (f *Fake) Files(m Match, files map[string][]byte) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.files = append(f.files, filesRule{m, maps.Clone(files)})
-}
-
-// Exit ends the running container name with code, as its process exiting
-// would.
-func (f *Fake) Exit(name string, code int32) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, ok := f.containers[name]
-	if !ok || c.state != StateRunning {
-		return fmt.Errorf("enginefake: exit %s: not running", name)
-	}
-	f.exitLocked(c, code)
-	return nil
-}
-
-func (f *Fake) exitLocked(c *container, code int32) {
-	c.state, c.code = StateExited, code
-	f.broadcastLocked()
-}
-
-// Container is the container name as it is now.
-func (f *Fake) Container(name string) (Container, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, ok := f.find(name)
-	if !ok {
-		return Container{}, false
-	}
-	return Container{ID: c.id, Name: c.name, State: c.state, ExitCode: c.code, Labels: maps.Clone(c.spec.Labels), Spec: c.spec, Files: maps.Clone(c.files)}, true
-}
-
-// ContainerNames are the containers that exist, sorted.
-func (f *Fake) ContainerNames() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Sorted(maps.Keys(f.containers))
 }
 
 // find looks a container up by name or id.
@@ -165,6 +97,11 @@ func (f *Fake) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) (t
 			maps.Copy(c.files, r.files)
 		}
 	}
+	for _, r := range f.outputs {
+		if r.match.matches(c.name, c.kind()) {
+			c.stdout, c.stderr = r.stdout, r.stderr
+		}
+	}
 	f.containers[c.name] = c
 	f.broadcastLocked()
 	return types.ContainerCreateResponse{ID: c.id}, f.end(i, nil)
@@ -189,8 +126,8 @@ func (f *Fake) ContainerStart(ctx context.Context, name string) error {
 }
 
 // ContainerAttach says it is attached, then returns once the container
-// has exited or is gone (or ctx ends, or the service is lost). It neither
-// reads stdin nor writes stdout or stderr.
+// has exited or is gone (or ctx ends, or the service is lost). It never
+// reads stdin; once the container has exited it writes what Output gave.
 func (f *Fake) ContainerAttach(ctx context.Context, name string, stdin io.Reader, stdout, stderr io.Writer, attachReady chan bool, o engine.AttachOptions) error {
 	f.mu.Lock()
 	c, i, err := f.beginContainer(ctx, ContainerAttach, name, "")
@@ -203,12 +140,21 @@ func (f *Fake) ContainerAttach(ctx context.Context, name string, stdin io.Reader
 	if attachReady != nil {
 		attachReady <- true
 	}
-	return f.waitFor(ctx, func() (bool, error) {
-		if _, ok := f.containers[c.name]; !ok || c.state == StateExited {
-			return true, nil
-		}
-		return false, nil
+	exited := false
+	err = f.waitFor(ctx, func() (bool, error) {
+		_, ok := f.containers[c.name]
+		exited = ok && c.state == StateExited
+		return !ok || exited, nil
 	})
+	if err == nil && exited {
+		if stdout != nil {
+			stdout.Write(c.stdout)
+		}
+		if stderr != nil {
+			stderr.Write(c.stderr)
+		}
+	}
+	return err
 }
 
 // waitFor waits until done says so, ctx ends or the service is lost.
@@ -325,130 +271,4 @@ func (f *Fake) ContainerRemove(ctx context.Context, name string, o engine.Remove
 	delete(f.containers, c.name)
 	f.broadcastLocked()
 	return f.end(i, nil)
-}
-
-// ContainerList knows the filters aisb uses: "label" (key or key=value)
-// and "volume" (a named volume's name).
-func (f *Fake) ContainerList(ctx context.Context, filters map[string][]string) ([]types.ListContainer, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	i, err := f.begin(ctx, Call{Method: ContainerList})
-	if err != nil {
-		return nil, f.end(i, err)
-	}
-	var out []types.ListContainer
-	for _, name := range slices.Sorted(maps.Keys(f.containers)) {
-		c := f.containers[name]
-		ok, err := matchFilters(filters, c.spec.Labels, func(v string) bool {
-			return slices.ContainsFunc(c.spec.Volumes, func(nv *specgen.NamedVolume) bool { return nv.Name == v })
-		})
-		if err != nil {
-			return nil, f.end(i, err)
-		}
-		if ok {
-			out = append(out, types.ListContainer{ID: c.id, Names: []string{c.name}, Image: c.spec.Image, Labels: maps.Clone(c.spec.Labels),
-				State: c.state, Exited: c.state == StateExited, ExitCode: c.code})
-		}
-	}
-	return out, f.end(i, nil)
-}
-
-// matchFilters applies Podman's filters: each key's values any, all keys
-// (a "label" filter: all of its values); volume answers the "volume" key.
-func matchFilters(filters map[string][]string, labels map[string]string, volume func(string) bool) (bool, error) {
-	for key, values := range filters {
-		switch key {
-		case "label":
-			for _, v := range values {
-				k, val, hasVal := strings.Cut(v, "=")
-				got, ok := labels[k]
-				if !ok || hasVal && got != val {
-					return false, nil
-				}
-			}
-		case "volume":
-			if volume == nil || !slices.ContainsFunc(values, volume) {
-				return false, nil
-			}
-		default:
-			return false, fmt.Errorf("enginefake: filter %q is not supported", key)
-		}
-	}
-	return true, nil
-}
-
-// files is where path of container c lives: a named volume mounted over
-// it, else the container's own files; key is path's key there.
-func (f *Fake) filesAt(c *container, p string) (files map[string][]byte, key string) {
-	for _, nv := range c.spec.Volumes {
-		if v, ok := f.volumes[nv.Name]; ok && (p == nv.Dest || strings.HasPrefix(p, strings.TrimSuffix(nv.Dest, "/")+"/")) {
-			return v.files, "/" + strings.TrimPrefix(strings.TrimPrefix(p, nv.Dest), "/")
-		}
-	}
-	return c.files, p
-}
-
-// ContainerCopyIn extracts the archive's regular files under dir.
-func (f *Fake) ContainerCopyIn(ctx context.Context, name, dir string, archive io.Reader, o engine.CopyOptions) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, i, err := f.beginContainer(ctx, ContainerCopyIn, name, dir)
-	if err != nil {
-		return f.end(i, err)
-	}
-	tr := tar.NewReader(archive)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return f.end(i, nil)
-		}
-		if err != nil {
-			return f.end(i, fmt.Errorf("copy into %s: %w", name, err))
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			return f.end(i, fmt.Errorf("copy into %s: %w", name, err))
-		}
-		files, key := f.filesAt(c, path.Join(dir, h.Name))
-		files[key] = b
-	}
-}
-
-// ContainerCopyOut writes a tar of path: the file itself (named by its
-// base name) or, for a directory (also "dir/."), the files under it (named
-// relative to it); a path with nothing there is a 404, as Podman's.
-func (f *Fake) ContainerCopyOut(ctx context.Context, name, p string, w io.Writer) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, i, err := f.beginContainer(ctx, ContainerCopyOut, name, p)
-	if err != nil {
-		return f.end(i, err)
-	}
-	files, key := f.filesAt(c, path.Clean(p))
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	found := key == "/" // a container's root or a volume's always exists
-	for _, k := range slices.Sorted(maps.Keys(files)) {
-		entry := ""
-		switch {
-		case k == key:
-			entry = path.Base(k)
-		case key == "/" || strings.HasPrefix(k, key+"/"):
-			entry = strings.TrimPrefix(strings.TrimPrefix(k, key), "/")
-		default:
-			continue
-		}
-		found = true
-		tw.WriteHeader(&tar.Header{Name: entry, Mode: 0o644, Size: int64(len(files[k])), Typeflag: tar.TypeReg})
-		tw.Write(files[k])
-	}
-	if !found {
-		return f.end(i, notFound("file", p))
-	}
-	tw.Close()
-	_, err = w.Write(buf.Bytes())
-	return f.end(i, err)
 }

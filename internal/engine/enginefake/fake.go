@@ -126,6 +126,7 @@ type Fake struct {
 	images     map[string]*image
 	exits      []exitRule
 	files      []filesRule
+	outputs    []outputRule
 	next       int
 }
 

@@ -1,3 +1,6 @@
+// The fake's tests, one per part of it (lifecycle, kills, lookups, failures,
+// the lost service, copies, filters, volumes and images): together past
+// 300 lines, each short.
 package enginefake
 
 import (
@@ -37,11 +40,13 @@ func mustCreate(t *testing.T, f *Fake, s *specgen.SpecGenerator) {
 func TestLifecycle(t *testing.T) {
 	f := New()
 	f.ExitOnStart(Kind("sandbox"), 3)
+	f.Output(Name("box"), []byte("out\n"), []byte("err\n"))
 	mustCreate(t, f, spec("box", "sandbox"))
 	ready := make(chan bool, 1)
 	attached := make(chan error, 1)
+	var stdout, stderr bytes.Buffer
 	go func() {
-		attached <- f.ContainerAttach(ctx, "box", nil, io.Discard, io.Discard, ready, engine.AttachOptions{})
+		attached <- f.ContainerAttach(ctx, "box", nil, &stdout, &stderr, ready, engine.AttachOptions{})
 	}()
 	<-ready
 	select {
@@ -54,6 +59,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	if err := <-attached; err != nil {
 		t.Fatalf("attach: %v", err)
+	}
+	if stdout.String() != "out\n" || stderr.String() != "err\n" {
+		t.Errorf("attach wrote %q and %q", stdout.String(), stderr.String())
 	}
 	code, err := f.ContainerWait(ctx, "box", define.ContainerStateExited, define.ContainerStateStopped)
 	if err != nil || code != 3 {
