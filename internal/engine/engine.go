@@ -1,5 +1,4 @@
-// Package engine connects aisb to the user's rootless Podman through its API
-// bindings, starting a private `podman system service` when nothing listens.
+// Package engine is aisb's one way to Podman: the Engine interface and Conn, which implements it over the API bindings, starting a private `podman system service` when nothing listens.
 package engine
 
 import (
@@ -41,9 +40,11 @@ const (
 	LabelFinisher = "io.aisb.finisher"
 )
 
-// Conn is a live connection to a Podman service.
+// Conn is a live connection to a Podman service; it implements Engine
+// (calls.go).
 type Conn struct {
-	// Ctx carries the bindings' connection; pass it to every bindings call.
+	// Ctx carries the bindings' connection, which every Engine call binds
+	// to (Conn.bind).
 	Ctx     context.Context
 	URI     string
 	Version semver.Version
