@@ -15,12 +15,13 @@ import (
 	"github.com/aisb-dev/aisb/internal/engine"
 )
 
-// filesAt is where path of container c lives: a named volume mounted over
-// it, else the container's own files; key is path's key there.
+// filesAt is where path p of container c lives: a named volume (or its
+// SubPath) mounted over it, else the container's own files; key is p's key
+// there.
 func (f *Fake) filesAt(c *container, p string) (files map[string][]byte, key string) {
 	for _, nv := range c.spec.Volumes {
 		if v, ok := f.volumes[nv.Name]; ok && (p == nv.Dest || strings.HasPrefix(p, strings.TrimSuffix(nv.Dest, "/")+"/")) {
-			return v.files, "/" + strings.TrimPrefix(strings.TrimPrefix(p, nv.Dest), "/")
+			return v.files, path.Join("/", nv.SubPath, strings.TrimPrefix(p, nv.Dest))
 		}
 	}
 	return c.files, p
@@ -89,4 +90,18 @@ func (f *Fake) ContainerCopyOut(ctx context.Context, name, p string, w io.Writer
 	tw.Close()
 	_, err = w.Write(buf.Bytes())
 	return f.end(i, err)
+}
+
+// WriteFile writes content at p in the container name, as its process
+// would: into a named volume mounted there, else into the container.
+func (f *Fake) WriteFile(name, p string, content []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.find(name)
+	if !ok {
+		return fmt.Errorf("enginefake: write %s: no container %s", p, name)
+	}
+	files, key := f.filesAt(c, path.Clean(p))
+	files[key] = bytes.Clone(content)
+	return nil
 }
