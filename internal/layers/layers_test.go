@@ -2,6 +2,7 @@ package layers
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,9 +31,11 @@ var forbidden = map[string][]string{
 	"internal/termsafe":   {mod},
 	"internal/harness":    {mod + "internal/config", mod + "internal/engine", mod + "gate", "github.com/containers/"},
 	"internal/engine":     {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
-	"ruleset":             {mod + "internal/config", mod + "internal/allowlist", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},
-	"internal/config":     {mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
-	"internal/image":      {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
+	// The in-memory engine: engine's floor, no bindings (TestBindingsOnlyInEngine).
+	"internal/engine/enginefake": {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
+	"ruleset":                    {mod + "internal/config", mod + "internal/allowlist", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},
+	"internal/config":            {mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
+	"internal/image":             {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
 	// The entrypoint runs first in every sandbox: small and static, no
 	// Podman, no TOML, no CLI framework.
 	"entrypoint":       {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox"},
@@ -103,11 +106,14 @@ func TestLayersCanFail(t *testing.T) {
 const bindings = "github.com/containers/podman/v5/pkg/bindings"
 
 // directImports maps every package of the module to its direct imports,
-// its test files' included.
-func directImports(t *testing.T) map[string][]string {
+// its test files' included when withTests.
+func directImports(t *testing.T, withTests bool) map[string][]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp",
-		"-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`, "./...")
+	format := `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`
+	if withTests {
+		format += `{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`
+	}
+	cmd := exec.Command("go", "list", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp", "-f", format, "./...")
 	cmd.Dir = testhost.RepoPath(".")
 	out, err := cmd.Output()
 	if err != nil {
@@ -132,7 +138,7 @@ func importsBindings(imports []string) []string {
 }
 
 func TestBindingsOnlyInEngine(t *testing.T) {
-	for pkg, imports := range directImports(t) {
+	for pkg, imports := range directImports(t, true) {
 		if pkg == mod+"internal/engine" {
 			continue
 		}
@@ -145,11 +151,25 @@ func TestBindingsOnlyInEngine(t *testing.T) {
 // TestBindingsCheckCanFail: the listing sees internal/engine's own import
 // of the bindings, so a passing TestBindingsOnlyInEngine means something.
 func TestBindingsCheckCanFail(t *testing.T) {
-	imports := directImports(t)
+	imports := directImports(t, true)
 	if len(imports) < 20 {
 		t.Fatalf("go list ./... lists %d packages: the listing is broken", len(imports))
 	}
 	if len(importsBindings(imports[mod+"internal/engine"])) == 0 {
 		t.Fatal("internal/engine does not list the bindings among its imports: the listing is broken")
+	}
+}
+
+// TestFakeOnlyInTests: the in-memory engine never links into a program;
+// tests alone import it.
+func TestFakeOnlyInTests(t *testing.T) {
+	const fake = mod + "internal/engine/enginefake"
+	for pkg, imports := range directImports(t, false) {
+		if slices.Contains(imports, fake) {
+			t.Errorf("%s imports %s outside its tests", pkg, fake)
+		}
+	}
+	if !slices.Contains(directImports(t, true)[mod+"internal/sandbox"], fake) {
+		t.Error("internal/sandbox's tests do not list enginefake: the listing is broken")
 	}
 }
