@@ -31,11 +31,9 @@ var forbidden = map[string][]string{
 	"internal/termsafe":   {mod},
 	"internal/harness":    {mod + "internal/config", mod + "internal/engine", mod + "gate", "github.com/containers/"},
 	"internal/engine":     {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
-	// The in-memory engine: engine's floor, no bindings (TestBindingsOnlyInEngine).
-	"internal/engine/enginefake": {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
-	"ruleset":                    {mod + "internal/config", mod + "internal/allowlist", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},
-	"internal/config":            {mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
-	"internal/image":             {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
+	"ruleset":             {mod + "internal/config", mod + "internal/allowlist", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},
+	"internal/config":     {mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", "github.com/containers/", "github.com/google/nftables"},
+	"internal/image":      {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
 	// The entrypoint runs first in every sandbox: small and static, no
 	// Podman, no TOML, no CLI framework.
 	"entrypoint":       {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox"},
@@ -57,6 +55,9 @@ var forbidden = map[string][]string{
 
 	// The benchmarks' client inside a sandbox: a leaf.
 	"bench/probe": {mod},
+
+	// The in-memory engine: engine's floor, no bindings (TestBindingsOnlyInEngine).
+	"internal/engine/enginefake": {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
 }
 
 func deps(t *testing.T, pkg string) []string {
