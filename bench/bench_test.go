@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
@@ -188,7 +186,7 @@ func BenchmarkGateMemory(b *testing.B) {
 	proxy, _ := url.Parse(g.ProxyURL("127.0.0.1"))
 	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy)}, Timeout: 10 * time.Second}
 	rss := func() float64 {
-		data, err := containers.Inspect(c.Ctx, g.Name, nil)
+		data, err := c.ContainerInspect(context.Background(), g.Name)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -17,8 +18,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/squidconf"
@@ -129,7 +128,7 @@ func BenchmarkTLSCost(b *testing.B) {
 // rssTree is the resident memory of the gate's squid and every process
 // below it (its helpers), in MB.
 func rssTree(b *testing.B, c *engine.Conn, g *gate.Gate) float64 {
-	data, err := containers.Inspect(c.Ctx, g.Name, nil)
+	data, err := c.ContainerInspect(context.Background(), g.Name)
 	if err != nil {
 		b.Fatal(err)
 	}

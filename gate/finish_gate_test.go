@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/audit"
 )
@@ -24,7 +22,7 @@ import (
 func TestFinishAfterHandoff(t *testing.T) {
 	c, img := connect(t)
 	g := startGate(t, c, img, "finish-test", hosts(t, "allowed.test"))
-	data, err := containers.Inspect(c.Ctx, g.Name, nil)
+	data, err := c.ContainerInspect(context.TODO(), g.Name)
 	if err != nil || g.Squid() == "" || !strings.HasPrefix(g.Squid(), fmt.Sprintf("%d:", data.State.Pid)) {
 		t.Fatalf("the gate's squid process was not recorded: %q, inspect: %v %+v", g.Squid(), err, data.State)
 	}
@@ -94,7 +92,7 @@ func TestFinishAfterHandoff(t *testing.T) {
 	}
 	// Podman learns of the exit a little later.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		data, err := containers.Inspect(c.Ctx, g.Name, nil)
+		data, err := c.ContainerInspect(context.Background(), g.Name)
 		if err == nil && data.State != nil && !data.State.Running {
 			break
 		}

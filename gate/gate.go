@@ -7,6 +7,7 @@
 package gate
 
 import (
+	"context"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
@@ -126,7 +126,7 @@ func ContainerName(session string) string { return "aisb-gate-" + session }
 // Start renders squid.conf for a free loopback port, runs the gate container
 // and waits until the port accepts connections. On any failure nothing is
 // left running.
-func Start(c *engine.Conn, o Options) (*Gate, error) {
+func Start(c engine.Engine, o Options) (*Gate, error) {
 	g, err := Create(c, o)
 	if err != nil {
 		return nil, err
@@ -141,7 +141,7 @@ func Start(c *engine.Conn, o Options) (*Gate, error) {
 // container without starting it: the port is known (a session policy can
 // name it) before anything listens there. Open starts it. On failure
 // nothing is left.
-func Create(c *engine.Conn, o Options) (*Gate, error) {
+func Create(c engine.Engine, o Options) (*Gate, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -159,7 +159,7 @@ func Create(c *engine.Conn, o Options) (*Gate, error) {
 
 // create is Create once the ports are chosen (the TLS port held, where it
 // can be): the gate's files, its container's spec, the container.
-func create(c *engine.Conn, o Options, hold *portHold, port, tlsPort int) (*Gate, error) {
+func create(c engine.Engine, o Options, hold *portHold, port, tlsPort int) (*Gate, error) {
 	tokens, err := newTokens()
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
@@ -177,7 +177,7 @@ func create(c *engine.Conn, o Options, hold *portHold, port, tlsPort int) (*Gate
 	if len(o.Credentials) > 0 {
 		g.caCert = caCert
 	}
-	if _, err := engine.Create(c, s); err != nil {
+	if _, err := c.ContainerCreate(context.TODO(), s); err != nil {
 		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
 	}
 	return g, nil
@@ -186,16 +186,16 @@ func create(c *engine.Conn, o Options, hold *portHold, port, tlsPort int) (*Gate
 // squidUID is squid's uid on the host, the owner of Podman's socket, where
 // it is known. A rootless Podman's: where its user is root, the gate's
 // proxy user is not root's uid on the host, and not checked.
-func squidUID(c *engine.Conn) (int, bool) {
+func squidUID(c engine.Engine) (int, bool) {
 	uid, ok := c.ServiceUID()
 	return uid, ok && uid != 0
 }
 
 // Open starts the created gate and returns once squid listens on its port.
 // On failure the gate is removed.
-func (g *Gate) Open(c *engine.Conn) error {
+func (g *Gate) Open(c engine.Engine) error {
 	defer g.hold.release()
-	if err := containers.Start(c.Ctx, g.Name, nil); err != nil {
+	if err := c.ContainerStart(context.TODO(), g.Name); err != nil {
 		return errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
 	}
 	if err := g.waitReady(c, 20*time.Second); err != nil {
@@ -204,15 +204,15 @@ func (g *Gate) Open(c *engine.Conn) error {
 	return nil
 }
 
-func (g *Gate) running(c *engine.Conn) bool {
+func (g *Gate) running(c engine.Engine) bool {
 	_, ok := g.pid(c)
 	return ok
 }
 
 // pid is the host process id of the running gate's squid (0 when Podman
 // does not say), and whether it runs.
-func (g *Gate) pid(c *engine.Conn) (int, bool) {
-	data, err := containers.Inspect(c.Ctx, g.Name, nil)
+func (g *Gate) pid(c engine.Engine) (int, bool) {
+	data, err := c.ContainerInspect(context.TODO(), g.Name)
 	if err != nil || data.State == nil || !data.State.Running {
 		return 0, false
 	}
@@ -226,16 +226,16 @@ func (g *Gate) Addr() string { return fmt.Sprintf("127.0.0.1:%d", g.Port) }
 // and would only close connections: its access log is unbuffered. So once it
 // has logged what its clients did (Quiesce, at most 1 s), the gate is killed
 // and removed.
-func (g *Gate) Stop(c *engine.Conn) error {
+func (g *Gate) Stop(c engine.Engine) error {
 	g.Quiesce(time.Second)
 	return g.Kill(c)
 }
 
 // Kill kills and removes the gate at once.
-func (g *Gate) Kill(c *engine.Conn) error {
+func (g *Gate) Kill(c engine.Engine) error {
 	g.hold.release()
 	// A kill that fails because the gate is already gone is fine: Remove
 	// below is what must succeed, and it reports its own failure.
-	_ = containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("KILL"))
-	return engine.Remove(c, g.Name)
+	_ = c.ContainerKill(context.TODO(), g.Name, "KILL")
+	return engine.Remove(context.TODO(), c, g.Name)
 }

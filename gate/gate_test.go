@@ -193,7 +193,7 @@ type request struct {
 	rule   string
 }
 
-func startGate(t *testing.T, c *engine.Conn, img string, session string, hosts []allowlist.Host) *gate.Gate {
+func startGate(t *testing.T, c engine.Engine, img string, session string, hosts []allowlist.Host) *gate.Gate {
 	t.Helper()
 	g, err := gate.Start(c, gate.Options{
 		Session: session, Dir: testhost.UserDir(t), Image: img, Allowlist: hosts,

@@ -95,7 +95,7 @@ func newLAN(t *testing.T) *lan {
 }
 
 // gate starts a gate that resolves through the LAN's dnsmasq.
-func (l *lan) gate(t *testing.T, c *engine.Conn, img, session string, allow ...string) *gate.Gate {
+func (l *lan) gate(t *testing.T, c engine.Engine, img, session string, allow ...string) *gate.Gate {
 	t.Helper()
 	g, err := gate.Start(c, gate.Options{
 		Session: session, Dir: testhost.UserDir(t), Image: img, Allowlist: hosts(t, allow...),

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
@@ -39,11 +38,11 @@ type UpOptions struct {
 const oldFollowerPid = "follower.pid"
 
 // Up starts the long-lived gate and its audit follower.
-func Up(c *engine.Conn, o UpOptions) (*Gate, error) {
+func Up(c engine.Engine, o UpOptions) (*Gate, error) {
 	if _, err := Find(c, o.Name, o.Dir); err == nil {
 		return nil, fmt.Errorf("gate up: %s is already running; aisb gate down %s first", o.Name, o.Name)
 	}
-	if err := engine.Remove(c, ContainerName(o.Name)); err != nil {
+	if err := engine.Remove(context.TODO(), c, ContainerName(o.Name)); err != nil {
 		return nil, fmt.Errorf("gate up: %w", err)
 	}
 	g, err := Start(c, Options{Session: o.Name, Dir: o.Dir, Image: o.Image, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS})
@@ -67,8 +66,8 @@ func Up(c *engine.Conn, o UpOptions) (*Gate, error) {
 }
 
 // Down removes the long-lived gate and stops its follower.
-func Down(c *engine.Conn, name, dir string) error {
-	if err := engine.Remove(c, ContainerName(name)); err != nil {
+func Down(c engine.Engine, name, dir string) error {
+	if err := engine.Remove(context.TODO(), c, ContainerName(name)); err != nil {
 		return err
 	}
 	_ = os.Remove(filepath.Join(dir, oldFollowerPid))
@@ -93,7 +92,7 @@ func Down(c *engine.Conn, name, dir string) error {
 // Find returns the running gate of a long-lived name. Its port comes from
 // aisb's own record (see Record), never from the squid.conf in dir, which
 // squid can rewrite.
-func Find(c *engine.Conn, name, dir string) (*Gate, error) {
+func Find(c engine.Engine, name, dir string) (*Gate, error) {
 	g := &Gate{Name: ContainerName(name), Session: name, Dir: dir}
 	if !g.running(c) {
 		return nil, fmt.Errorf("gate %s is not running; start it with `aisb gate up %s`", name, name)
@@ -119,9 +118,8 @@ type Info struct {
 }
 
 // List lists every gate container of this user, session gates included.
-func List(c *engine.Conn) ([]Info, error) {
-	list, err := containers.List(c.Ctx, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"label": {engine.LabelKind + "=gate"}}))
+func List(c engine.Engine) ([]Info, error) {
+	list, err := c.ContainerList(context.TODO(), map[string][]string{"label": {engine.LabelKind + "=gate"}})
 	if err != nil {
 		return nil, fmt.Errorf("list gates: %w", err)
 	}

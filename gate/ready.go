@@ -33,7 +33,7 @@ import (
 // deadline is checked right after the table, never right after a question
 // to the service: a gate that became ready while the service kept aisb
 // waiting is ready.
-func (g *Gate) waitReady(c *engine.Conn, timeout time.Duration) error {
+func (g *Gate) waitReady(c engine.Engine, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
 		// tlsPortUp lets go of the hold first: only squid's own

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/engine"
@@ -78,8 +77,8 @@ func refreshHost(g *Gate, reconfigure func() error) error {
 }
 
 // Reconfigure has the gate's squid re-read squid.conf (SIGHUP).
-func Reconfigure(c *engine.Conn, g *Gate) error {
-	if err := containers.Kill(c.Ctx, g.Name, new(containers.KillOptions).WithSignal("HUP")); err != nil {
+func Reconfigure(c engine.Engine, g *Gate) error {
+	if err := c.ContainerKill(context.TODO(), g.Name, "HUP"); err != nil {
 		return fmt.Errorf("reconfigure squid: %w", err)
 	}
 	return nil

@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/bindings/system"
 
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/squidconf"
@@ -78,7 +77,7 @@ func Run(ctx context.Context, o Options) *Report {
 	r.add("podman", Pass, "Podman %s through its API (%s)", c.Version, c.How())
 	reaper.Reap(c, o.Logf)
 
-	info, err := system.Info(c.Ctx, nil)
+	info, err := c.Info(ctx)
 	if err != nil {
 		r.add("podman info", Fail, "%v", err)
 		return r
@@ -149,7 +148,7 @@ func subordinate(f string, u *user.User) int {
 	return n
 }
 
-func squidParses(r *Report, c *engine.Conn, o Options) {
+func squidParses(r *Report, c engine.Engine, o Options) {
 	img, _, err := image.Ensure(c, gate.ImageSpec(o.BaseImage), image.Build{LockDir: o.Paths.LockDir(), Output: o.Builds, Logf: o.Logf})
 	if err != nil {
 		r.add("gate config", Fail, "gate image: %v", err)
@@ -199,7 +198,7 @@ func squidParses(r *Report, c *engine.Conn, o Options) {
 		r.add("gate config", Fail, "%v", err)
 		return
 	}
-	code, err := engine.RunOnce(c, img, dir, "/gate", []string{"sh", "-c", "squid -k parse -f /gate/squid.conf > /gate/parse.log 2>&1"})
+	code, err := engine.RunOnce(context.TODO(), c, img, dir, "/gate", []string{"sh", "-c", "squid -k parse -f /gate/squid.conf > /gate/parse.log 2>&1"})
 	out, _ := safefile.Read(filepath.Join(dir, "parse.log"), 1<<20) // the directory is open to all (squid -k parse runs as the proxy user)
 	if err != nil || code != 0 {
 		r.add("gate config", Fail, "squid -k parse: exit %d %v: %s", code, err, lastLines(out))

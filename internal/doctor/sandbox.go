@@ -38,7 +38,7 @@ family packet AF_PACKET SOCK_DGRAM
 `, mapped, gatePort, otherPort, udpPort)
 }
 
-func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, helper string) {
+func sandboxChecks(ctx context.Context, r *Report, c engine.Engine, o Options, helper string) {
 	shell, _ := harness.Lookup("shell")
 	ep, err := image.Digest(o.Entrypoint, o.Paths.DigestDir())
 	if err != nil {
@@ -140,7 +140,7 @@ func sandboxChecks(ctx context.Context, r *Report, c *engine.Conn, o Options, he
 // runScript runs probe.sh in the sandbox image, either plainly (control) or
 // through the entrypoint with caps (nil: the entrypoint's usual four), and
 // parses KEY=VALUE and "Key: value" lines, plus exit.
-func runScript(c *engine.Conn, do Options, img, helper, dir, policyDir string, plain bool, caps []string) (map[string]string, error) {
+func runScript(c engine.Engine, do Options, img, helper, dir, policyDir string, plain bool, caps []string) (map[string]string, error) {
 	var out, errb bytes.Buffer
 	o := sandbox.Options{
 		Session: "doctor-" + state.NewSessionID(), Image: img, ProjectDir: dir, Command: []string{"sh", "/project/probe.sh"},

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Create creates a container, one at a time per Podman service: never two
+// ContainerCreate creates a container, one at a time per Podman service: never two
 // creates of aisb in flight in one service, whether from one aisb process
 // (a session's gate and sandbox) or from several sharing a service.
 //
@@ -30,7 +31,7 @@ import (
 // user namespace and its pause process play no part (measured with Podman
 // 5.4.2: tests/podmanrace_test.go, docs/networking.md). The mapping is
 // settled when create returns, so the lock is held around create alone.
-func Create(c *Conn, s *specgen.SpecGenerator) (*types.ContainerCreateResponse, error) {
+func (c *Conn) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) (types.ContainerCreateResponse, error) {
 	mu := createMutex(c.URI)
 	mu.Lock()
 	defer mu.Unlock()
@@ -38,15 +39,13 @@ func Create(c *Conn, s *specgen.SpecGenerator) (*types.ContainerCreateResponse, 
 		// A private service serves this process only: the mutex is enough.
 		unlock, err := c.lockCreate()
 		if err != nil {
-			return nil, err
+			return types.ContainerCreateResponse{}, err
 		}
 		defer unlock()
 	}
-	resp, err := containers.CreateWithSpec(c.Ctx, s, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &resp, nil
+	bctx, done := c.bind(ctx)
+	defer done()
+	return containers.CreateWithSpec(bctx, s, nil)
 }
 
 // createMutexes holds one mutex per service address: creates of this
@@ -84,4 +83,13 @@ func (c *Conn) lockCreate() (unlock func(), err error) {
 			return nil, fmt.Errorf("create lock %s: %w", f.Name(), err)
 		}
 	}
+}
+
+// CreateUnlocked creates a container without ContainerCreate's lock: the
+// control of the create race's test (tests/racecreate), which must be able
+// to overlap creates. aisb itself never calls it.
+func (c *Conn) CreateUnlocked(ctx context.Context, s *specgen.SpecGenerator) (types.ContainerCreateResponse, error) {
+	bctx, done := c.bind(ctx)
+	defer done()
+	return containers.CreateWithSpec(bctx, s, nil)
 }

@@ -118,7 +118,7 @@ func TestCreateOneAtATimeInProcess(t *testing.T) {
 			if i%2 == 1 {
 				conn = &c2
 			}
-			_, err := Create(conn, testSpec(i))
+			_, err := conn.ContainerCreate(context.Background(), testSpec(i))
 			return err
 		})
 		if f.creates.Load() != 8 || f.most.Load() != 1 {
@@ -199,7 +199,7 @@ func TestMain(m *testing.M) {
 				if os.Getenv("AISB_ENGINE_CREATE_MODE") == "raw" {
 					_, err = containers.CreateWithSpec(c.Ctx, testSpec(i), nil)
 				} else {
-					_, err = Create(c, testSpec(i))
+					_, err = c.ContainerCreate(context.Background(), testSpec(i))
 				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)

@@ -1,5 +1,4 @@
-// Package engine connects aisb to the user's rootless Podman through its API
-// bindings, starting a private `podman system service` when nothing listens.
+// Package engine is aisb's one way to Podman: the Engine interface and Conn, which implements it over the API bindings, starting a private `podman system service` when nothing listens.
 package engine
 
 import (
@@ -17,7 +16,6 @@ import (
 
 	"github.com/blang/semver/v4"
 	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/errorhandling"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
@@ -42,9 +40,11 @@ const (
 	LabelFinisher = "io.aisb.finisher"
 )
 
-// Conn is a live connection to a Podman service.
+// Conn is a live connection to a Podman service; it implements Engine
+// (calls.go).
 type Conn struct {
-	// Ctx carries the bindings' connection; pass it to every bindings call.
+	// Ctx carries the bindings' connection, which every Engine call binds
+	// to (Conn.bind).
 	Ctx     context.Context
 	URI     string
 	Version semver.Version
@@ -249,9 +249,12 @@ func (c *Conn) Close() error {
 }
 
 // RequirePasta fails with a clear message when the service is too old for pasta.
-func (c *Conn) RequirePasta() error {
-	if c.Version.LT(MinPasta) {
-		return fmt.Errorf("podman %s has no pasta network mode (needs %s); use slirp4netns or upgrade Podman", c.Version, MinPasta)
+func (c *Conn) RequirePasta() error { return RequirePastaOf(c.Version) }
+
+// RequirePastaOf is RequirePasta of a service of version v.
+func RequirePastaOf(v semver.Version) error {
+	if v.LT(MinPasta) {
+		return fmt.Errorf("podman %s has no pasta network mode (needs %s); use slirp4netns or upgrade Podman", v, MinPasta)
 	}
 	return nil
 }
@@ -265,8 +268,9 @@ func IsNotFound(err error) bool {
 
 // Remove force-removes a container (SIGTERM, SIGKILL after 2 s); a missing
 // one is no error.
-func Remove(c *Conn, name string) error {
-	_, err := containers.Remove(c.Ctx, name, new(containers.RemoveOptions).WithForce(true).WithTimeout(2).WithIgnore(true))
+func Remove(ctx context.Context, e Engine, name string) error {
+	timeout := uint(2)
+	err := e.ContainerRemove(ctx, name, RemoveOptions{Force: true, Timeout: &timeout, Ignore: true})
 	if err != nil && !IsNotFound(err) {
 		return fmt.Errorf("remove %s: %w", name, err)
 	}
@@ -275,7 +279,7 @@ func Remove(c *Conn, name string) error {
 
 // RunOnce runs argv in image with no network and no capabilities, hostDir
 // mounted read-write at mountPoint, and returns its exit status.
-func RunOnce(c *Conn, image, hostDir, mountPoint string, argv []string) (int, error) {
+func RunOnce(ctx context.Context, e Engine, image, hostDir, mountPoint string, argv []string) (int, error) {
 	s := specgen.NewSpecGenerator(image, false)
 	s.Entrypoint, s.Command = argv[:1], argv[1:]
 	s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
@@ -286,14 +290,14 @@ func RunOnce(c *Conn, image, hostDir, mountPoint string, argv []string) (int, er
 	}
 	s.UserNS = userns
 	s.Mounts = []spec.Mount{{Type: "bind", Source: hostDir, Destination: mountPoint, Options: []string{"rw"}}}
-	resp, err := Create(c, s)
+	resp, err := e.ContainerCreate(ctx, s)
 	if err != nil {
 		return 0, fmt.Errorf("create: %w", err)
 	}
-	defer Remove(c, resp.ID)
-	if err := containers.Start(c.Ctx, resp.ID, nil); err != nil {
+	defer Remove(ctx, e, resp.ID)
+	if err := e.ContainerStart(ctx, resp.ID); err != nil {
 		return 0, fmt.Errorf("start: %w", err)
 	}
-	code, err := containers.Wait(c.Ctx, resp.ID, nil)
+	code, err := e.ContainerWait(ctx, resp.ID)
 	return int(code), err
 }

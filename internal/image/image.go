@@ -3,6 +3,7 @@
 package image
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding"
 	"encoding/hex"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/containers/buildah/define"
-	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/domain/entities/types"
 
 	"github.com/aisb-dev/aisb/internal/engine"
@@ -104,17 +104,17 @@ func (hs Hashed) Tag(baseID string) string {
 }
 
 // BaseID resolves the base image to its ID, pulling it when it is missing.
-func BaseID(c *engine.Conn, base string, b Build) (string, error) {
-	data, err := images.GetImage(c.Ctx, base, nil)
+func BaseID(c engine.Engine, base string, b Build) (string, error) {
+	data, err := c.ImageGet(context.TODO(), base)
 	if engine.IsNotFound(err) {
 		p := newProgress(b.Output, "pulling "+base, "pulled "+base, everyLine, time.Now)
 		p.startTicker(time.Second)
-		_, perr := images.Pull(c.Ctx, base, new(images.PullOptions).WithProgressWriter(p))
+		_, perr := c.ImagePull(context.TODO(), base, p)
 		p.finish(perr)
 		if perr != nil {
 			return "", fmt.Errorf("pull base image %s: %w (where no registry is reachable, set sandbox.base_image or AISB_BASE_IMAGE to a local image)", base, perr)
 		}
-		data, err = images.GetImage(c.Ctx, base, nil)
+		data, err = c.ImageGet(context.TODO(), base)
 	}
 	if err != nil {
 		return "", fmt.Errorf("inspect base image %s: %w", base, err)
@@ -124,7 +124,7 @@ func BaseID(c *engine.Conn, base string, b Build) (string, error) {
 
 // Ensure returns the tag of the image for spec, building it only when no
 // image with that tag exists. built says whether it built.
-func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error) {
+func Ensure(c engine.Engine, s Spec, b Build) (tag string, built bool, err error) {
 	baseID, err := BaseID(c, s.BaseImage, b)
 	if err != nil {
 		return "", false, err
@@ -139,7 +139,7 @@ func Ensure(c *engine.Conn, s Spec, b Build) (tag string, built bool, err error)
 // EnsureAll is Ensure for several images at once, hashed beforehand: each
 // base image is looked up once and the tags are checked side by side; the
 // builds, if any, run one after another. The tags come in the order given.
-func EnsureAll(c *engine.Conn, b Build, specs ...Hashed) ([]string, error) {
+func EnsureAll(c engine.Engine, b Build, specs ...Hashed) ([]string, error) {
 	bases := map[string]string{}
 	for _, s := range specs {
 		if _, ok := bases[s.Spec.BaseImage]; ok {
@@ -177,8 +177,8 @@ func EnsureAll(c *engine.Conn, b Build, specs ...Hashed) ([]string, error) {
 	return tags, nil
 }
 
-func exists(c *engine.Conn, tag string) (bool, error) {
-	ok, err := images.Exists(c.Ctx, tag, nil)
+func exists(c engine.Engine, tag string) (bool, error) {
+	ok, err := c.ImageExists(context.TODO(), tag)
 	if err != nil {
 		return false, fmt.Errorf("look up image %s: %w", tag, err)
 	}
@@ -186,7 +186,7 @@ func exists(c *engine.Conn, tag string) (bool, error) {
 }
 
 // build builds s as tag unless, once the build lock is held, it exists.
-func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
+func build(c engine.Engine, s Spec, tag string, b Build) (string, bool, error) {
 	// Sessions started together build once: the others wait, then find it.
 	unlock, err := lock(b.LockDir, s.Name)
 	if err != nil {
@@ -228,7 +228,7 @@ func build(c *engine.Conn, s Spec, tag string, b Build) (string, bool, error) {
 		ForceRmIntermediateCtrs: true,
 	}}
 	p.startTicker(time.Second)
-	_, err = images.Build(c.Ctx, []string{filepath.Join(dir, "Containerfile")}, opts)
+	_, err = c.ImageBuild(context.TODO(), []string{filepath.Join(dir, "Containerfile")}, opts)
 	p.finish(err)
 	if err != nil {
 		return "", false, fmt.Errorf("build %s: %w", tag, err)
@@ -296,8 +296,8 @@ type Listed struct {
 }
 
 // List lists the images aisb built (by their label).
-func List(c *engine.Conn) ([]Listed, error) {
-	list, err := images.List(c.Ctx, new(images.ListOptions).WithFilters(map[string][]string{"label": {Label}}))
+func List(c engine.Engine) ([]Listed, error) {
+	list, err := c.ImageList(context.TODO(), map[string][]string{"label": {Label}})
 	if err != nil {
 		return nil, fmt.Errorf("list images: %w", err)
 	}

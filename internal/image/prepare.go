@@ -1,6 +1,7 @@
 package image
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -27,7 +28,7 @@ import (
 //
 // A failure is reported, not returned: the image is good, and its first
 // session pays the wait as before.
-func prepare(c *engine.Conn, s Spec, tag string, b Build) {
+func prepare(c engine.Engine, s Spec, tag string, b Build) {
 	if s.UserNS == "" {
 		return
 	}
@@ -43,7 +44,7 @@ func prepare(c *engine.Conn, s Spec, tag string, b Build) {
 // createAndRemove creates a container of image in userns, never started,
 // and removes it. It carries this process as its owner, so that if aisb is
 // killed meanwhile the next sweep removes it (reaper.Reap).
-func createAndRemove(c *engine.Conn, image, userns string) error {
+func createAndRemove(c engine.Engine, image, userns string) error {
 	ns, err := specgen.ParseUserNamespace(userns)
 	if err != nil {
 		return err
@@ -57,8 +58,8 @@ func createAndRemove(c *engine.Conn, image, userns string) error {
 	s.NetNS = specgen.Namespace{NSMode: specgen.NoNetwork}
 	s.ImageVolumeMode = "ignore" // a base image's VOLUMEs: no anonymous volume left behind
 	s.Labels = map[string]string{engine.LabelKind: "prepare", engine.LabelOwner: state.Owner()}
-	if _, err := engine.Create(c, s); err != nil {
+	if _, err := c.ContainerCreate(context.TODO(), s); err != nil {
 		return fmt.Errorf("create %s: %w", s.Name, err)
 	}
-	return engine.Remove(c, s.Name)
+	return engine.Remove(context.TODO(), c, s.Name)
 }

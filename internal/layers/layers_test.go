@@ -3,6 +3,7 @@ package layers
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,6 +65,9 @@ var forbidden = map[string][]string{
 
 	// The benchmarks' client inside a sandbox: a leaf.
 	"bench/probe": {mod},
+
+	// The in-memory engine: engine's floor, no bindings (TestBindingsOnlyInEngine).
+	"internal/engine/enginefake": {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/image"},
 }
 
 func deps(t *testing.T, pkg string) []string {
@@ -223,5 +227,78 @@ func TestRootShowsTheDesign(t *testing.T) {
 	}
 	if !seen["gate"] || !seen["internal"] {
 		t.Fatalf("git ls-files at the root lists %v: the listing is broken", seen)
+	}
+}
+
+// bindings is Podman's client: internal/engine alone speaks it, behind
+// engine.Engine, so that everything else can be driven by a fake.
+const bindings = "github.com/containers/podman/v5/pkg/bindings"
+
+// directImports maps every package of the module to its direct imports,
+// its test files' included when withTests.
+func directImports(t *testing.T, withTests bool) map[string][]string {
+	t.Helper()
+	format := `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`
+	if withTests {
+		format += `{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`
+	}
+	cmd := exec.Command("go", "list", "-tags", buildTags, "-f", format, "./...")
+	cmd.Dir = testhost.RepoPath(".")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		imports[f[0]] = f[1:]
+	}
+	return imports
+}
+
+func importsBindings(imports []string) []string {
+	var out []string
+	for _, i := range imports {
+		if i == bindings || strings.HasPrefix(i, bindings+"/") {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func TestBindingsOnlyInEngine(t *testing.T) {
+	for pkg, imports := range directImports(t, true) {
+		if pkg == mod+"internal/engine" {
+			continue
+		}
+		if bad := importsBindings(imports); len(bad) > 0 {
+			t.Errorf("%s imports %s: Podman's bindings belong to internal/engine (call engine.Engine)", pkg, strings.Join(bad, ", "))
+		}
+	}
+}
+
+// TestBindingsCheckCanFail: the listing sees internal/engine's own import
+// of the bindings, so a passing TestBindingsOnlyInEngine means something.
+func TestBindingsCheckCanFail(t *testing.T) {
+	imports := directImports(t, true)
+	if len(imports) < 20 {
+		t.Fatalf("go list ./... lists %d packages: the listing is broken", len(imports))
+	}
+	if len(importsBindings(imports[mod+"internal/engine"])) == 0 {
+		t.Fatal("internal/engine does not list the bindings among its imports: the listing is broken")
+	}
+}
+
+// TestFakeOnlyInTests: the in-memory engine never links into a program;
+// tests alone import it.
+func TestFakeOnlyInTests(t *testing.T) {
+	const fake = mod + "internal/engine/enginefake"
+	for pkg, imports := range directImports(t, false) {
+		if slices.Contains(imports, fake) {
+			t.Errorf("%s imports %s outside its tests", pkg, fake)
+		}
+	}
+	if !slices.Contains(directImports(t, true)[mod+"internal/sandbox"], fake) {
+		t.Error("internal/sandbox's tests do not list enginefake: the listing is broken")
 	}
 }

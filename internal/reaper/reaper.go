@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/state"
 )
@@ -166,7 +164,7 @@ func Remove(where engine.Where, names []string) error {
 	defer c.Close()
 	var errs []error
 	for _, n := range names {
-		errs = append(errs, engine.Remove(c, n))
+		errs = append(errs, engine.Remove(context.TODO(), c, n))
 	}
 	return errors.Join(errs...)
 }
@@ -174,7 +172,7 @@ func Remove(where engine.Where, names []string) error {
 // Reap removes containers whose owning aisb process is gone: the path that
 // catches what a killed session and its watchdog both left behind. A
 // container whose session's watchdog still runs is its watchdog's to remove.
-func Reap(c *engine.Conn, logf func(string, ...any)) {
+func Reap(c engine.Engine, logf func(string, ...any)) {
 	list, err := owned(c)
 	if err != nil {
 		logf("reap: %v", err)
@@ -183,7 +181,7 @@ func Reap(c *engine.Conn, logf func(string, ...any)) {
 	for name, o := range list {
 		if !state.OwnerAlive(o.owner) && (o.finisher == "" || !state.OwnerAlive(o.finisher)) {
 			logf("removing %s, left by a session that ended without cleaning up", name)
-			if err := engine.Remove(c, name); err != nil {
+			if err := engine.Remove(context.TODO(), c, name); err != nil {
 				logf("reap: %v", err)
 			}
 		}
@@ -193,9 +191,8 @@ func Reap(c *engine.Conn, logf func(string, ...any)) {
 type owners struct{ owner, finisher string }
 
 // owned maps the names of aisb's session containers to their owners.
-func owned(c *engine.Conn) (map[string]owners, error) {
-	list, err := containers.List(c.Ctx, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"label": {engine.LabelOwner}}))
+func owned(c engine.Engine) (map[string]owners, error) {
+	list, err := c.ContainerList(context.TODO(), map[string][]string{"label": {engine.LabelOwner}})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}

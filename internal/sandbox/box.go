@@ -10,14 +10,13 @@ import (
 	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/internal/engine"
 )
 
 // Run creates the sandbox, attaches to it, starts it, waits, reads the
 // entrypoint's own status, removes it and returns how it ended.
-func Run(c *engine.Conn, o Options) (Exit, error) {
+func Run(c engine.Engine, o Options) (Exit, error) {
 	b, err := Create(c, o)
 	if err != nil {
 		return Exit{}, err
@@ -29,7 +28,7 @@ func Run(c *engine.Conn, o Options) (Exit, error) {
 // Box is a created sandbox with aisb attached to it, not yet started: what
 // it runs on start can be made ready meanwhile (its gate).
 type Box struct {
-	c        *engine.Conn
+	c        engine.Engine
 	o        Options
 	name     string
 	trace    func(string)
@@ -47,7 +46,7 @@ type Box struct {
 
 // Create creates the sandbox, hands it its files and attaches to it. Remove
 // removes it, whether it ran or not.
-func Create(c *engine.Conn, o Options) (*Box, error) {
+func Create(c engine.Engine, o Options) (*Box, error) {
 	trace := o.Trace
 	if trace == nil {
 		trace = func(string) {}
@@ -56,12 +55,12 @@ func Create(c *engine.Conn, o Options) (*Box, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox spec: %w", err)
 	}
-	resp, err := engine.Create(c, s)
+	resp, err := c.ContainerCreate(context.TODO(), s)
 	if err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
 	trace("sandbox created")
-	ctx, cancel := context.WithCancel(c.Ctx)
+	ctx, cancel := context.WithCancel(context.TODO())
 	b := &Box{c: c, o: o, name: s.Name, trace: trace, cancel: cancel, attached: make(chan error, 1), stopSignals: func() {}}
 	// Before the agent runs: what reads its status afterwards must not be
 	// a file it could change (upper.go).
@@ -103,13 +102,13 @@ func (b *Box) prepare(ctx context.Context, warnings []string) error {
 		o.Logf("podman: %s", w)
 	}
 	attachReady := make(chan bool, 1)
-	opts := new(containers.AttachOptions).WithStream(true)
-	if !b.c.Version.LT(engine.MinEmptyDetachKeys) {
+	var opts engine.AttachOptions
+	if v := b.c.ServiceVersion(); !v.LT(engine.MinEmptyDetachKeys) {
 		// Ctrl-P belongs to the agent: no detach keys.
-		opts = opts.WithDetachKeys("")
+		opts.NoDetachKeys = true
 	}
 	go func() {
-		b.attached <- containers.Attach(ctx, b.name, o.Stdin, o.Stdout, o.Stderr, attachReady, opts)
+		b.attached <- b.c.ContainerAttach(ctx, b.name, o.Stdin, o.Stdout, o.Stderr, attachReady, opts)
 	}()
 	select {
 	case <-attachReady:
@@ -127,7 +126,7 @@ func (b *Box) Remove() {
 	}
 	b.removed = true
 	b.release()
-	if err := engine.Remove(b.c, b.name); err != nil {
+	if err := engine.Remove(context.TODO(), b.c, b.name); err != nil {
 		b.o.Logf("%v", err)
 	}
 	b.trace("sandbox removed")
@@ -166,7 +165,7 @@ func (b *Box) Run() (Exit, error) {
 // Wait waits for its end.
 func (b *Box) Start() error {
 	c, o := b.c, b.o
-	if err := containers.Start(c.Ctx, b.name, nil); err != nil {
+	if err := c.ContainerStart(context.TODO(), b.name); err != nil {
 		return fmt.Errorf("start sandbox: %w", err)
 	}
 	b.trace("sandbox started")
@@ -182,7 +181,7 @@ func (b *Box) Start() error {
 	b.stopSignals = func() { signal.Stop(sigs) }
 	go func() {
 		for sig := range sigs {
-			if err := containers.Kill(c.Ctx, b.name, new(containers.KillOptions).WithSignal(fmt.Sprint(int(sig.(syscall.Signal))))); err != nil {
+			if err := c.ContainerKill(context.TODO(), b.name, fmt.Sprint(int(sig.(syscall.Signal)))); err != nil {
 				o.Logf("forward %v to the sandbox: %v", sig, err)
 			}
 		}
@@ -214,7 +213,7 @@ const exitSeen = 100 * time.Millisecond
 func (b *Box) exitCode(attached bool) (int32, error) {
 	c := b.c
 	for deadline := time.Now().Add(exitSeen); attached && time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
-		data, err := containers.Inspect(c.Ctx, b.name, nil)
+		data, err := c.ContainerInspect(context.TODO(), b.name)
 		if err != nil || data.State == nil {
 			break
 		}
@@ -229,8 +228,8 @@ func (b *Box) exitCode(attached bool) (int32, error) {
 // waitExited waits until Podman has the sandbox exited (or stopped: exited,
 // its cleanup not yet done) and returns its exit status. It returns once
 // Podman's cleanup of the container has run (conmon has exited).
-func waitExited(c *engine.Conn, name string) (int32, error) {
-	return containers.Wait(c.Ctx, name, new(containers.WaitOptions).WithCondition([]define.ContainerStatus{define.ContainerStateExited, define.ContainerStateStopped}))
+func waitExited(c engine.Engine, name string) (int32, error) {
+	return c.ContainerWait(context.TODO(), name, define.ContainerStateExited, define.ContainerStateStopped)
 }
 
 // Wait waits for the started sandbox to exit and reads the entrypoint's own

@@ -3,12 +3,11 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"fmt"
 	"path"
 	"strings"
 	"time"
-
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/internal/engine"
 )
@@ -24,7 +23,7 @@ type File struct {
 
 // copyFiles writes files into the created, not yet started, container. They
 // belong to root; parent directories must exist in the image.
-func copyFiles(c *engine.Conn, name string, files []File) error {
+func copyFiles(c engine.Engine, name string, files []File) error {
 	if len(files) == 0 {
 		return nil
 	}
@@ -49,12 +48,7 @@ func copyFiles(c *engine.Conn, name string, files []File) error {
 	if err := tw.Close(); err != nil {
 		return fmt.Errorf("sandbox files: %w", err)
 	}
-	opts := new(containers.CopyOptions).WithChown(true)
-	copyFn, err := containers.CopyFromArchiveWithOptions(c.Ctx, name, "/", &buf, opts)
-	if err != nil {
-		return fmt.Errorf("copy files into the sandbox: %w", err)
-	}
-	if err := copyFn(); err != nil {
+	if err := c.ContainerCopyIn(context.TODO(), name, "/", &buf, engine.CopyOptions{Chown: true}); err != nil {
 		return fmt.Errorf("copy files into the sandbox: %w", err)
 	}
 	return nil

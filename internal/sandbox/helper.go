@@ -1,13 +1,12 @@
 package sandbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-
-	"github.com/containers/podman/v5/pkg/bindings/system"
 
 	"github.com/aisb-dev/aisb/internal/engine"
 )
@@ -15,8 +14,8 @@ import (
 // DetectHelper picks the rootless network helper the service can use:
 // pasta where it exists and the service is new enough, else slirp4netns.
 // It asks the service (`podman info`).
-func DetectHelper(c *engine.Conn, want string) (string, error) {
-	info, err := system.Info(c.Ctx, nil)
+func DetectHelper(c engine.Engine, want string) (string, error) {
+	info, err := c.Info(context.TODO())
 	if err != nil {
 		return "", fmt.Errorf("podman info: %w", err)
 	}
@@ -56,7 +55,7 @@ var helperDirs = []string{"/usr/local/libexec/podman", "/usr/local/lib/podman", 
 // service runs on this host (the gate must share its loopback), so where
 // pasta is installed here and the service is new enough, pasta it is. Any
 // other case asks the service.
-func Helper(c *engine.Conn, want string) (string, error) {
+func Helper(c engine.Engine, want string) (string, error) {
 	if want == "" && c.RequirePasta() == nil {
 		if _, err := exec.LookPath("pasta"); err == nil {
 			return Pasta, nil

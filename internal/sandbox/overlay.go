@@ -1,9 +1,9 @@
 package sandbox
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -29,7 +29,7 @@ func (ov *Overlay) volume(project string) *specgen.OverlayVolume {
 // open), from a throwaway container in the user's default user namespace:
 // root there maps to the host user and may remove them. The host user then
 // removes dir itself. No network, two capabilities, nothing else mounted.
-func Scrub(c *engine.Conn, image, dir, session, owner string) error {
+func Scrub(c engine.Engine, image, dir, session, owner string) error {
 	s := specgen.NewSpecGenerator(image, false)
 	s.Name = "aisb-scrub-" + session
 	s.Entrypoint = []string{"find", "/scrub", "-mindepth", "1", "-delete"}
@@ -41,15 +41,15 @@ func Scrub(c *engine.Conn, image, dir, session, owner string) error {
 	s.NoNewPrivileges = ptr(true)
 	s.Mounts = []spec.Mount{{Type: "bind", Source: dir, Destination: "/scrub", Options: []string{"rw"}}}
 	s.Labels = map[string]string{engine.LabelKind: "scrub", engine.LabelSession: session, engine.LabelOwner: owner}
-	engine.Remove(c, s.Name)
-	if _, err := containers.CreateWithSpec(c.Ctx, s, nil); err != nil {
+	engine.Remove(context.TODO(), c, s.Name)
+	if _, err := c.ContainerCreate(context.TODO(), s); err != nil {
 		return fmt.Errorf("scrub %s: create: %w", dir, err)
 	}
-	defer engine.Remove(c, s.Name)
-	if err := containers.Start(c.Ctx, s.Name, nil); err != nil {
+	defer engine.Remove(context.TODO(), c, s.Name)
+	if err := c.ContainerStart(context.TODO(), s.Name); err != nil {
 		return fmt.Errorf("scrub %s: start: %w", dir, err)
 	}
-	code, err := containers.Wait(c.Ctx, s.Name, nil)
+	code, err := c.ContainerWait(context.TODO(), s.Name)
 	if err != nil {
 		return fmt.Errorf("scrub %s: %w", dir, err)
 	}

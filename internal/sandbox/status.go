@@ -3,13 +3,13 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/internal/engine"
@@ -52,9 +52,9 @@ type statusPlan struct {
 }
 
 // planStatus inspects the attached sandbox and starts the status reader.
-func planStatus(c *engine.Conn, name string, r *statusReader) *statusPlan {
+func planStatus(c engine.Engine, name string, r *statusReader) *statusPlan {
 	p := &statusPlan{name: name, why: "the storage driver is not overlay"}
-	data, err := containers.Inspect(c.Ctx, name, nil)
+	data, err := c.ContainerInspect(context.TODO(), name)
 	if err != nil {
 		p.why = err.Error()
 		return p
@@ -73,7 +73,7 @@ func planStatus(c *engine.Conn, name string, r *statusReader) *statusPlan {
 
 // read reads the status of the exited sandbox; from says where it was
 // read, and why not from the upper directory.
-func (p *statusPlan) read(c *engine.Conn) (s contract.Status, from string, err error) {
+func (p *statusPlan) read(c engine.Engine) (s contract.Status, from string, err error) {
 	if p.pending != nil {
 		s, err := p.pending.read()
 		p.pending = nil
@@ -90,7 +90,7 @@ func (p *statusPlan) read(c *engine.Conn) (s contract.Status, from string, err e
 	if _, err := waitExited(c, p.name); err != nil {
 		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
 	}
-	data, err := containers.Inspect(c.Ctx, p.name, nil)
+	data, err := c.ContainerInspect(context.TODO(), p.name)
 	if err != nil {
 		return contract.Status{}, "", fmt.Errorf("read the entrypoint's status: %w", err)
 	}
@@ -129,13 +129,9 @@ func (p *statusPlan) cancel() {
 
 // copyStatus copies the status file out through the API; root is the uid
 // the archive gives the container's root.
-func copyStatus(c *engine.Conn, name string, root int) (contract.Status, error) {
+func copyStatus(c engine.Engine, name string, root int) (contract.Status, error) {
 	var buf bytes.Buffer
-	copyFn, err := containers.CopyToArchive(c.Ctx, name, contract.StatusPath, &buf)
-	if err != nil {
-		return contract.Status{}, fmt.Errorf("read the entrypoint's status: %w", err)
-	}
-	if err := copyFn(); err != nil {
+	if err := c.ContainerCopyOut(context.TODO(), name, contract.StatusPath, &buf); err != nil {
 		return contract.Status{}, fmt.Errorf("read the entrypoint's status: %w", err)
 	}
 	tr := tar.NewReader(&buf)

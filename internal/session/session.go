@@ -143,7 +143,7 @@ func recoverService(ctx context.Context, c *engine.Conn, o Options, id string, c
 	}
 	var errs []error
 	for _, n := range names {
-		errs = append(errs, engine.Remove(c, n))
+		errs = append(errs, engine.Remove(context.TODO(), c, n))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("lost the Podman service mid-session; once it was back, removing the session's containers failed: %w", err)

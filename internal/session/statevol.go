@@ -15,7 +15,7 @@ import (
 // openState mounts the harness's state volume for the session's scope and
 // points the harness at it through env; closeState records which settings
 // files the session changed and says so on stderr.
-func openState(c *engine.Conn, o Options, h harness.Preset, img string, env map[string]string) ([]*specgen.NamedVolume, func(), error) {
+func openState(c engine.Engine, o Options, h harness.Preset, img string, env map[string]string) ([]*specgen.NamedVolume, func(), error) {
 	scope := o.Config.Config.Sandbox.State
 	if scope == config.StateNone || scope == "" || len(h.State.Dirs) == 0 {
 		return nil, func() {}, nil

@@ -68,7 +68,7 @@ func hostPath(st harness.State, vol string) string {
 // target's volume through the API; credentials only when withCredentials.
 // Host files are read without following any symbolic link, regular files
 // only, each at most MaxImportFile bytes.
-func Import(c *engine.Conn, t Target, recordDir, home, img string, withCredentials bool) (*Imported, error) {
+func Import(c engine.Engine, t Target, recordDir, home, img string, withCredentials bool) (*Imported, error) {
 	st := t.Harness.State
 	files, skipped, err := collect(home, st, withCredentials)
 	if err != nil {

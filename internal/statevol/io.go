@@ -1,14 +1,13 @@
 package statevol
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"strings"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/specgen"
 
 	"github.com/aisb-dev/aisb/contract"
@@ -25,7 +24,7 @@ const ioMount = "/state"
 // 5.4's service has no volume import/export endpoint; the archive API of a
 // created container reads and writes its volumes, measured.) It runs as the
 // agent in a keep-id user namespace, so what is copied in is the agent's.
-func withVolume(c *engine.Conn, volume, img string, fn func(ctr string) error) error {
+func withVolume(c engine.Engine, volume, img string, fn func(ctr string) error) error {
 	b := make([]byte, 4)
 	rand.Read(b)
 	s := specgen.NewSpecGenerator(img, false)
@@ -41,21 +40,17 @@ func withVolume(c *engine.Conn, volume, img string, fn func(ctr string) error) e
 	s.Volumes = []*specgen.NamedVolume{{Name: volume, Dest: ioMount, Options: []string{"rw", "nosuid", "nodev"}}}
 	// The reaper removes it by its owner should aisb die before it does.
 	s.Labels = map[string]string{engine.LabelKind: "state-io", engine.LabelOwner: state.Owner()}
-	if _, err := containers.CreateWithSpec(c.Ctx, s, nil); err != nil {
+	if _, err := c.ContainerCreate(context.TODO(), s); err != nil {
 		return fmt.Errorf("state volume %s: create a container to reach it: %w", volume, err)
 	}
-	defer containers.Remove(c.Ctx, s.Name, new(containers.RemoveOptions).WithForce(true).WithIgnore(true))
+	defer c.ContainerRemove(context.TODO(), s.Name, engine.RemoveOptions{Force: true, Ignore: true})
 	return fn(s.Name)
 }
 
 // copyIn extracts a tar into the volume; its entries end up the agent's.
-func copyIn(c *engine.Conn, volume, img string, tarball io.Reader) error {
+func copyIn(c engine.Engine, volume, img string, tarball io.Reader) error {
 	return withVolume(c, volume, img, func(ctr string) error {
-		copy, err := containers.CopyFromArchive(c.Ctx, ctr, ioMount, tarball)
-		if err != nil {
-			return fmt.Errorf("copy into state volume %s: %w", volume, err)
-		}
-		if err := copy(); err != nil {
+		if err := c.ContainerCopyIn(context.TODO(), ctr, ioMount, tarball, engine.CopyOptions{}); err != nil {
 			return fmt.Errorf("copy into state volume %s: %w", volume, err)
 		}
 		return nil
@@ -63,13 +58,9 @@ func copyIn(c *engine.Conn, volume, img string, tarball io.Reader) error {
 }
 
 // copyOut writes the volume's content as a tar to w.
-func copyOut(c *engine.Conn, volume, img string, w io.Writer) error {
+func copyOut(c engine.Engine, volume, img string, w io.Writer) error {
 	return withVolume(c, volume, img, func(ctr string) error {
-		copy, err := containers.CopyToArchive(c.Ctx, ctr, ioMount+"/.", w)
-		if err != nil {
-			return fmt.Errorf("copy out of state volume %s: %w", volume, err)
-		}
-		if err := copy(); err != nil {
+		if err := c.ContainerCopyOut(context.TODO(), ctr, ioMount+"/.", w); err != nil {
 			return fmt.Errorf("copy out of state volume %s: %w", volume, err)
 		}
 		return nil
@@ -81,8 +72,8 @@ var ErrNoImage = fmt.Errorf("no aisb image exists yet to reach the volume throug
 
 // AnyImage is an image aisb built, preferring the harness's sandbox image:
 // an io container needs one, though it never runs it.
-func AnyImage(c *engine.Conn, harness string) (string, error) {
-	list, err := images.List(c.Ctx, new(images.ListOptions).WithFilters(map[string][]string{"label": {image.Label}}))
+func AnyImage(c engine.Engine, harness string) (string, error) {
+	list, err := c.ImageList(context.TODO(), map[string][]string{"label": {image.Label}})
 	if err != nil {
 		return "", fmt.Errorf("list images: %w", err)
 	}

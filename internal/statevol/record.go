@@ -140,7 +140,7 @@ func hashSettings(r io.Reader, st harness.State) (map[string]string, error) {
 // whole of a small volume ~140 ms and of 95 MB ~310 ms; copying pi's ten
 // settings paths one by one cost 370-530 ms whatever the size, so one
 // request wins until the sessions reach several hundred MB.
-func settingsNow(c *engine.Conn, name, img string, st harness.State) (map[string]string, error) {
+func settingsNow(c engine.Engine, name, img string, st harness.State) (map[string]string, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(copyOut(c, name, img, pw)) }()
 	after, err := hashSettings(pr, st)
@@ -168,7 +168,7 @@ func diff(before, after map[string]string) []string {
 
 // Session is the state volume of one running session.
 type Session struct {
-	c         *engine.Conn
+	c         engine.Engine
 	name      string
 	state     harness.State
 	recordDir string
@@ -178,7 +178,7 @@ type Session struct {
 
 // Open ensures the target's volume and records the session's start; img
 // is the sandbox's image.
-func Open(c *engine.Conn, t Target, recordDir, img string) (*Session, error) {
+func Open(c engine.Engine, t Target, recordDir, img string) (*Session, error) {
 	dirs := t.Harness.State.Dirs
 	name, created, err := Ensure(c, t, img, func(created string) bool {
 		r := loadRecord(recordDir, t.Name(), created)

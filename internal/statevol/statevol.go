@@ -5,6 +5,7 @@ package statevol
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -16,9 +17,6 @@ import (
 	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-	"github.com/containers/podman/v5/pkg/bindings/system"
-	"github.com/containers/podman/v5/pkg/bindings/volumes"
 	entitiesTypes "github.com/containers/podman/v5/pkg/domain/entities/types"
 	"github.com/containers/podman/v5/pkg/specgen"
 
@@ -97,7 +95,7 @@ func (t Target) owns(name string, labels map[string]string) error {
 // (see withVolume). An existing volume's directories are made again only
 // when prepare says so: a mount of a missing subpath fails, and an older
 // volume may lack a directory a newer preset adds.
-func Ensure(c *engine.Conn, t Target, img string, prepare func(created string) bool) (name string, created string, err error) {
+func Ensure(c engine.Engine, t Target, img string, prepare func(created string) bool) (name string, created string, err error) {
 	if len(t.Harness.State.Dirs) == 0 {
 		return "", "", fmt.Errorf("state for harness %s: %w", t.Harness.Name, ErrNoState)
 	}
@@ -105,7 +103,7 @@ func Ensure(c *engine.Conn, t Target, img string, prepare func(created string) b
 		return "", "", fmt.Errorf("state scope %q has no volume", t.Scope)
 	}
 	name = t.Name()
-	exists, err := volumes.Exists(c.Ctx, name, nil)
+	exists, err := c.VolumeExists(context.TODO(), name)
 	if err != nil {
 		return "", "", fmt.Errorf("state volume %s: %w", name, err)
 	}
@@ -117,7 +115,7 @@ func Ensure(c *engine.Conn, t Target, img string, prepare func(created string) b
 		if t.Scope == config.StateProject {
 			labels[LabelProject] = t.Project
 		}
-		_, err := volumes.Create(c.Ctx, entitiesTypes.VolumeCreateOptions{Name: name, Label: labels}, nil)
+		_, err := c.VolumeCreate(context.TODO(), entitiesTypes.VolumeCreateOptions{Name: name, Label: labels})
 		if err != nil {
 			return "", "", fmt.Errorf("create state volume %s: %w", name, err)
 		}
@@ -172,8 +170,8 @@ func Mounts(name string, st harness.State) []*specgen.NamedVolume {
 // aisb-state-pi`, with no harness-scope volume, removes the one project
 // volume that begins so); its API looks names up exactly today, and aisb
 // checks the name it gets back so that it never acts on another volume.
-func inspect(c *engine.Conn, name string) (*entitiesTypes.VolumeConfigResponse, error) {
-	v, err := volumes.Inspect(c.Ctx, name, nil)
+func inspect(c engine.Engine, name string) (*entitiesTypes.VolumeConfigResponse, error) {
+	v, err := c.VolumeInspect(context.TODO(), name)
 	if err != nil {
 		return nil, fmt.Errorf("state volume %s: %w", name, err)
 	}
@@ -205,13 +203,13 @@ type Volume struct {
 
 // List returns every state volume, sorted by name, with what recordDir
 // says about its last session.
-func List(c *engine.Conn, recordDir string) ([]Volume, error) {
-	list, err := volumes.List(c.Ctx, new(volumes.ListOptions).WithFilters(map[string][]string{"label": {engine.LabelKind + "=" + KindState}}))
+func List(c engine.Engine, recordDir string) ([]Volume, error) {
+	list, err := c.VolumeList(context.TODO(), map[string][]string{"label": {engine.LabelKind + "=" + KindState}})
 	if err != nil {
 		return nil, fmt.Errorf("list state volumes: %w", err)
 	}
 	sizes := map[string]int64{}
-	if df, err := system.DiskUsage(c.Ctx, nil); err == nil {
+	if df, err := c.DiskUsage(context.TODO()); err == nil {
 		for _, v := range df.Volumes {
 			sizes[v.VolumeName] = v.Size
 		}
@@ -247,14 +245,14 @@ func List(c *engine.Conn, recordDir string) ([]Volume, error) {
 // by a sandbox that has not exited is not removed; the exited sandbox of a
 // session that just ended, which its watchdog removes moments later, is
 // removed first.
-func Remove(c *engine.Conn, recordDir, name string) error {
+func Remove(c engine.Engine, recordDir, name string) error {
 	if _, err := inspect(c, name); err != nil {
 		return err
 	}
 	if err := removeExited(c, name); err != nil {
 		return err
 	}
-	if err := volumes.Remove(c.Ctx, name, nil); err != nil {
+	if err := c.VolumeRemove(context.TODO(), name); err != nil {
 		return fmt.Errorf("remove state volume %s: %w", name, err)
 	}
 	return removeRecord(recordDir, name)
@@ -266,9 +264,8 @@ const ownerExit = 2 * time.Second
 
 // removeExited removes aisb's exited sandboxes that mount the volume name,
 // and refuses when one has not exited (it runs, or is about to).
-func removeExited(c *engine.Conn, name string) error {
-	list, err := containers.List(c.Ctx, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"volume": {name}, "label": {engine.LabelKind + "=sandbox"}}))
+func removeExited(c engine.Engine, name string) error {
+	list, err := c.ContainerList(context.TODO(), map[string][]string{"volume": {name}, "label": {engine.LabelKind + "=sandbox"}})
 	if err != nil {
 		return fmt.Errorf("remove state volume %s: list its sandboxes: %w", name, err)
 	}
@@ -286,7 +283,7 @@ func removeExited(c *engine.Conn, name string) error {
 			if owner != "" && state.OwnerAlive(owner) {
 				return fmt.Errorf("remove state volume %s: the session of %s is still ending; try again in a moment", name, ctr.Names[0])
 			}
-			if err := engine.Remove(c, ctr.Names[0]); err != nil {
+			if err := engine.Remove(context.TODO(), c, ctr.Names[0]); err != nil {
 				return fmt.Errorf("remove state volume %s: %w", name, err)
 			}
 		default:
@@ -297,7 +294,7 @@ func removeExited(c *engine.Conn, name string) error {
 }
 
 // Export writes the volume's content as a tar to w; img as for Ensure.
-func Export(c *engine.Conn, name, img string, w io.Writer) error {
+func Export(c engine.Engine, name, img string, w io.Writer) error {
 	if _, err := inspect(c, name); err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@
 // namespace's root), reads its uid map back, removes it, and repeats. A
 // create whose map leaves container uid 0 unmapped is a hit (its start is
 // tried, to record Podman's own error), and so is the service dying. With
-// -mode engine creates go through engine.Create (aisb's path); with -mode
+// -mode engine creates go through Conn.ContainerCreate (aisb's path); with -mode
 // raw straight to the bindings.
 package main
 
@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/specgen"
 
 	"github.com/aisb-dev/aisb/internal/engine"
@@ -37,9 +36,9 @@ type Result struct {
 
 func main() {
 	uri := flag.String("uri", "", "the Podman service")
-	runtimeDir := flag.String("runtime-dir", "", "where engine.Create keeps its lock")
+	runtimeDir := flag.String("runtime-dir", "", "where Conn.ContainerCreate keeps its lock")
 	image := flag.String("image", "", "image with /probe")
-	mode := flag.String("mode", "engine", "engine (engine.Create) or raw (the bindings, no lock)")
+	mode := flag.String("mode", "engine", "engine (Conn.ContainerCreate) or raw (Conn.CreateUnlocked, no lock)")
 	workers := flag.Int("workers", 16, "creates in flight at once")
 	creates := flag.Int("creates", 64, "creates in all")
 	untilHit := flag.Bool("until-hit", false, "stop at the first hit")
@@ -51,9 +50,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	create := func(s *specgen.SpecGenerator) error { _, err := engine.Create(c, s); return err }
+	ctx := context.Background()
+	create := func(s *specgen.SpecGenerator) error { _, err := c.ContainerCreate(ctx, s); return err }
 	if *mode == "raw" {
-		create = func(s *specgen.SpecGenerator) error { _, err := containers.CreateWithSpec(c.Ctx, s, nil); return err }
+		create = func(s *specgen.SpecGenerator) error { _, err := c.CreateUnlocked(ctx, s); return err }
 	}
 
 	var (
@@ -112,7 +112,7 @@ func main() {
 				mu.Unlock()
 				if err == nil && !mapsRoot(uidMap) {
 					startErr := "started"
-					if err := containers.Start(c.Ctx, name, nil); err != nil {
+					if err := c.ContainerStart(ctx, name); err != nil {
 						startErr = err.Error()
 					}
 					hit(func() {
@@ -122,7 +122,7 @@ func main() {
 						}
 					})
 				}
-				if err := engine.Remove(c, name); err != nil && c.Alive() {
+				if err := engine.Remove(ctx, c, name); err != nil && c.Alive() {
 					mu.Lock()
 					res.Errors = append(res.Errors, err.Error())
 					mu.Unlock()
@@ -153,7 +153,7 @@ func spec(image, name string) *specgen.SpecGenerator {
 }
 
 func uidMap(c *engine.Conn, name string) ([]string, error) {
-	data, err := containers.Inspect(c.Ctx, name, nil)
+	data, err := c.ContainerInspect(context.Background(), name)
 	if err != nil {
 		return nil, err
 	}
