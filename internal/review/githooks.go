@@ -39,6 +39,8 @@ type gitView struct {
 	configs  map[string]string   // project-relative file -> why it is git config (when not under .git)
 	notes    map[string][]string // project-relative config file -> what it does that matters
 
+	user []cfgValue // core.hooksPath of the user's own git config, which applies in every repository
+
 	looked map[string]bool // directories whose .git was looked at
 	added  map[string]bool // git directories read
 	read   map[string]bool // config files read (includes may loop)
@@ -53,6 +55,7 @@ func newGitView(h, u *root, project string, cs []Change, known []string) *gitVie
 		hookDirs: map[string]string{}, bare: map[string]bool{}, configs: map[string]string{},
 		notes: map[string][]string{}, looked: map[string]bool{}, added: map[string]bool{}, read: map[string]bool{},
 	}
+	g.user = userHooksPaths()
 	g.lookAt("")
 	for _, k := range known {
 		if checkRel(k) != nil {
@@ -181,7 +184,7 @@ func (g *gitView) addGitDir(gd, top string, hasTop bool) {
 			bases = append(bases, rel)
 		}
 	}
-	for _, v := range found {
+	for _, v := range append(found, g.user...) {
 		if v.key == "hookspath" {
 			g.hooksPath(v, bases)
 		}
@@ -398,4 +401,50 @@ func (g *gitView) flags(c Change) []string {
 		out = append(out, why)
 	}
 	return append(out, g.notes[c.Path]...)
+}
+
+// userGitConfigs are the user's own git config files, as git finds them
+// (git-config(1), FILES): the system's, then the global one
+// (GIT_CONFIG_GLOBAL, or $XDG_CONFIG_HOME/git/config and ~/.gitconfig).
+// A variable, for tests.
+var userGitConfigs = func() []string {
+	files := []string{"/etc/gitconfig"}
+	if g := os.Getenv("GIT_CONFIG_GLOBAL"); g != "" {
+		return append(files, g)
+	}
+	home, _ := os.UserHomeDir()
+	xdg := os.Getenv("XDG_CONFIG_HOME")
+	if xdg == "" && home != "" {
+		xdg = filepath.Join(home, ".config")
+	}
+	if xdg != "" {
+		files = append(files, filepath.Join(xdg, "git/config"))
+	}
+	if home != "" {
+		files = append(files, filepath.Join(home, ".gitconfig"))
+	}
+	return files
+}
+
+// userHooksPaths reads core.hooksPath from the user's own git config: a
+// relative value there sends git to a directory of every repository's
+// worktree. These files are the user's (a link into a dotfiles repository
+// is followed), read within the same cap.
+func userHooksPaths() []cfgValue {
+	var out []cfgValue
+	home, _ := os.UserHomeDir()
+	for _, f := range userGitConfigs() {
+		b, err := safefile.ReadFollow(f, maxGitConfig)
+		if err != nil {
+			continue
+		}
+		name := f
+		if home != "" && strings.HasPrefix(f, home+"/") {
+			name = "~/" + strings.TrimPrefix(f, home+"/")
+		}
+		for _, v := range parseGitConfig(b).hooksPath {
+			out = append(out, cfgValue{file: name, key: "hookspath", value: v})
+		}
+	}
+	return out
 }

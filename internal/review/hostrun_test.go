@@ -144,6 +144,22 @@ func TestHooksPathHostileValues(t *testing.T) {
 	}
 }
 
+// A relative core.hooksPath in the user's own git config applies in every
+// repository of the project.
+func TestHooksPathOfTheUsersConfig(t *testing.T) {
+	global := filepath.Join(t.TempDir(), "gitconfig")
+	write(t, global, "[core]\n\thooksPath = .team-hooks\n", 0o644)
+	was := userGitConfigs
+	userGitConfigs = func() []string { return []string{global} }
+	t.Cleanup(func() { userGitConfigs = was })
+	cs := hostRun(t, func(proj string) {
+		gitRepo(t, filepath.Join(proj, ".git"), "[core]\n")
+	}, func(proj, up string) {
+		write(t, filepath.Join(up, ".team-hooks/commit-msg"), "#!/bin/sh\n", 0o644)
+	})
+	flagged(t, cs, ".team-hooks/commit-msg", "core.hooksPath .team-hooks in "+Quote(global))
+}
+
 // A config review cannot read as git would (a symlink, which git follows
 // and review does not; a file above the cap; a syntax review does not
 // follow) is flagged as such, not trusted.
