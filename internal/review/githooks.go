@@ -8,6 +8,7 @@ package review
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -23,8 +24,12 @@ import (
 // KiB. A larger one is not read, and a change to it says so.
 const maxGitConfig = 1 << 20
 
-// maxIncludeDepth is git's own limit on nested config includes.
-const maxIncludeDepth = 10
+// maxIncludeDepth is git's own limit on nested config includes;
+// maxConfigFiles bounds the config files one listing reads.
+const (
+	maxIncludeDepth = 10
+	maxConfigFiles  = 10_000
+)
 
 // gitView is what the project's git repositories make of the agent's
 // changes: which directories git will look in for hooks, which paths are
@@ -35,6 +40,8 @@ type gitView struct {
 	project     string // absolute: absolute hooksPath values are matched against it
 
 	hookDirs map[string]string   // project-relative directory -> why git runs hooks from it
+	defaults map[string]string   // each git directory's own hooks/, which gitFlag names already
+	hookFile map[string]string   // a file a hook symlink points at -> why
 	bare     map[string]bool     // git directories not under a .git name (bare, or one a .git file names)
 	configs  map[string]string   // project-relative file -> why it is git config (when not under .git)
 	notes    map[string][]string // project-relative config file -> what it does that matters
@@ -52,7 +59,8 @@ type gitView struct {
 func newGitView(h, u *root, project string, cs []Change, known []string) *gitView {
 	g := &gitView{
 		host: h, upper: u, project: project,
-		hookDirs: map[string]string{}, bare: map[string]bool{}, configs: map[string]string{},
+		hookDirs: map[string]string{}, defaults: map[string]string{}, hookFile: map[string]string{},
+		bare: map[string]bool{}, configs: map[string]string{},
 		notes: map[string][]string{}, looked: map[string]bool{}, added: map[string]bool{}, read: map[string]bool{},
 	}
 	g.user = userHooksPaths()
@@ -73,7 +81,116 @@ func newGitView(h, u *root, project string, cs []Change, known []string) *gitVie
 			g.lookAt(strings.Join(comps[:i], "/"))
 		}
 	}
+	g.followHookLinks()
 	return g
+}
+
+// followHookLinks adds what symlinks make of the hook directories: git
+// follows a hooks directory that is a link (or lies below one), and a hook
+// that is a link (.git/hooks/pre-commit -> ../../scripts/pre-commit), so
+// the file at the end of either is a hook too. Links are read as the agent
+// left them and as the host has them.
+func (g *gitView) followHookLinks() {
+	dirs := map[string]string{}
+	for d, why := range g.hookDirs {
+		dirs[d] = why
+	}
+	for d, why := range g.defaults {
+		dirs[d] = why
+	}
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		why := dirs[d]
+		reals := []string{d}
+		for _, r := range g.realPaths(d) {
+			if r != d {
+				reals = append(reals, r)
+				if _, ok := g.hookDirs[r]; !ok {
+					g.hookDirs[r] = why + " (through the symlink " + Quote(d) + ")"
+				}
+			}
+		}
+		for _, rd := range reals {
+			for _, n := range g.names(rd) {
+				for _, t := range g.realPaths(join(rd, n)) {
+					if t != join(rd, n) {
+						if _, ok := g.hookFile[t]; !ok {
+							g.hookFile[t] = "git hook (linked from " + Quote(join(d, n)) + "): runs on the host at the next git command"
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// maxLinkHops is how many symlinks realPaths follows for one path (the
+// kernel's own limit is 40).
+const maxLinkHops = 40
+
+// realPaths is rel with every symlink on the way resolved inside the
+// project, as the agent's layer over the host shows it and as the host
+// alone has it; a path that leaves the project, or loops, has none.
+func (g *gitView) realPaths(rel string) []string {
+	var out []string
+	for _, hostOnly := range []bool{false, true} {
+		if p, ok := g.follow(rel, hostOnly); ok && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (g *gitView) follow(rel string, hostOnly bool) (string, bool) {
+	comps := splitRel(rel)
+	done := ""
+	for hops := 0; len(comps) > 0; {
+		next := join(done, comps[0])
+		comps = comps[1:]
+		t, ok := g.link(next, hostOnly)
+		if !ok {
+			done = next
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return "", false
+		}
+		r, inside := g.resolve(parentDir(next), t)
+		if !inside {
+			return "", false
+		}
+		comps = append(splitRel(r), comps...)
+		done = ""
+	}
+	return done, true
+}
+
+func splitRel(p string) []string {
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		if c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// link is rel's symlink target: in the layer if it holds rel (a whiteout
+// holds no link), else on the host; with hostOnly, on the host.
+func (g *gitView) link(rel string, hostOnly bool) (string, bool) {
+	if !hostOnly {
+		if st, ok, err := g.upper.lstat(rel); err == nil && ok {
+			if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+				return "", false
+			}
+			t, err := g.upper.readlink(rel)
+			return t, err == nil
+		}
+	}
+	if st, ok, err := g.host.lstat(rel); err == nil && ok && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		t, err := g.host.readlink(rel)
+		return t, err == nil
+	}
+	return "", false
 }
 
 func parentDir(p string) string {
@@ -172,6 +289,7 @@ func (g *gitView) addGitDir(gd, top string, hasTop bool) {
 	for _, f := range files {
 		found = append(found, g.readConfig(f, 0)...)
 	}
+	g.defaults[join(gd, "hooks")] = "git hook: runs on the host at the next git command"
 	bases := []string{gd}
 	if hasTop {
 		bases = append(bases, top)
@@ -223,7 +341,7 @@ type cfgValue struct {
 // readConfig reads config file rel as the host has it and as the agent
 // left it, and the files it includes, and returns their values.
 func (g *gitView) readConfig(rel string, depth int) []cfgValue {
-	if g.read[rel] || depth > maxIncludeDepth {
+	if g.read[rel] {
 		return nil
 	}
 	g.read[rel] = true
@@ -253,6 +371,10 @@ func (g *gitView) readConfig(rel string, depth int) []cfgValue {
 			incRel, inside := g.resolve(parentDir(rel), inc)
 			if !inside {
 				g.note(rel, fmt.Sprintf("git configuration includes %s, outside the project: not reviewed", Quote(inc)))
+				continue
+			}
+			if depth >= maxIncludeDepth || len(g.read) >= maxConfigFiles {
+				g.note(rel, fmt.Sprintf("git configuration with includes past what review reads (%d deep, %d files): check it by hand", maxIncludeDepth, maxConfigFiles))
 				continue
 			}
 			if _, ok := g.configs[incRel]; !ok {
@@ -384,6 +506,9 @@ func (g *gitView) flags(c Change) []string {
 	}
 	var out []string
 	if why, ok := g.hookDirs[parentDir(c.Path)]; ok && c.Type != "dir" {
+		out = append(out, why)
+	}
+	if why, ok := g.hookFile[c.Path]; ok {
 		out = append(out, why)
 	}
 	if !slices.Contains(strings.Split(c.Path, "/"), ".git") {

@@ -325,3 +325,33 @@ func TestParseGitConfig(t *testing.T) {
 		}
 	}
 }
+
+// git follows links: a hooks directory that is a symlink, and a hook that
+// is one (.git/hooks/pre-commit -> ../../scripts/pre-commit), make the
+// file at their end a hook. A link loop ends; a file beside is no hook.
+func TestHooksThroughSymlinks(t *testing.T) {
+	cs := hostRun(t, func(proj string) {
+		gitRepo(t, filepath.Join(proj, ".git"), "[core]\n\thooksPath = .githooks\n")
+		write(t, filepath.Join(proj, "scripts/hooks/pre-commit"), "#!/bin/sh\n", 0o644)
+		write(t, filepath.Join(proj, "scripts/pre-push"), "#!/bin/sh\n", 0o644)
+		write(t, filepath.Join(proj, "scripts/other"), "x\n", 0o644)
+		gitRepo(t, filepath.Join(proj, "second/.git"), "[core]\n")
+		for link, target := range map[string]string{
+			".githooks":                    "scripts/hooks",
+			"second/.git/hooks/pre-push":   "../../../scripts/pre-push",
+			"second/.git/hooks/post-merge": "loop",
+			"second/.git/hooks/loop":       "post-merge",
+		} {
+			if err := os.Symlink(target, filepath.Join(proj, link)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, func(proj, up string) {
+		write(t, filepath.Join(up, "scripts/hooks/pre-commit"), "#!/bin/sh\nid\n", 0o644)
+		write(t, filepath.Join(up, "scripts/pre-push"), "#!/bin/sh\nid\n", 0o644)
+		write(t, filepath.Join(up, "scripts/other"), "y\n", 0o644)
+	})
+	flagged(t, cs, "scripts/hooks/pre-commit", "through the symlink .githooks")
+	flagged(t, cs, "scripts/pre-push", "linked from second/.git/hooks/pre-push")
+	notFlagged(t, cs, "scripts/other")
+}
