@@ -208,33 +208,39 @@ func (g *gitView) lookAt(dir string) {
 	}
 	g.looked[dir] = true
 	dotgit := join(dir, ".git")
-	if g.isDir(dotgit) {
-		g.addGitDir(dotgit, dir, true)
-	}
 	for _, r := range []*root{g.upper, g.host} {
-		// A .git symlink: git follows it, review reads where it points.
-		if t, err := r.readlink(dotgit); err == nil {
-			if rel, inside := g.resolve(dir, t); inside && rel != "" {
-				g.addGitDir(rel, dir, true)
+		st, ok, err := r.lstat(dotgit)
+		if err != nil || !ok {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			g.addGitDir(dotgit, dir, true)
+		case unix.S_IFLNK:
+			// A .git symlink: git follows it, review reads where it points.
+			if t, err := r.readlink(dotgit); err == nil {
+				if rel, inside := g.resolve(dir, t); inside && rel != "" {
+					g.addGitDir(rel, dir, true)
+				}
 			}
-			continue
-		}
-		b, err := readRel(r, dotgit, 4096)
-		if err != nil {
-			continue
-		}
-		gd, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
-		if !ok {
-			continue
-		}
-		gd = strings.TrimSpace(gd)
-		if rel, inside := g.resolve(dir, gd); inside {
-			g.addGitDir(rel, dir, true)
-		} else if filepath.IsAbs(gd) {
-			g.outsideGitDir(filepath.Clean(gd), dir)
+		case unix.S_IFREG:
+			b, err := readRel(r, dotgit, 4096)
+			if err != nil {
+				continue
+			}
+			gd, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
+			if !ok {
+				continue
+			}
+			gd = strings.TrimSpace(gd)
+			if rel, inside := g.resolve(dir, gd); inside {
+				g.addGitDir(rel, dir, true)
+			} else if filepath.IsAbs(gd) {
+				g.outsideGitDir(filepath.Clean(gd), dir)
+			}
 		}
 	}
-	if dir != "" && !slices.Contains(strings.Split(dir, "/"), ".git") && g.looksLikeGitDir(dir) {
+	if !slices.Contains(strings.Split(dir, "/"), ".git") && g.looksLikeGitDir(dir) {
 		g.addGitDir(dir, "", false)
 	}
 }
@@ -513,7 +519,7 @@ func (g *gitView) flags(c Change) []string {
 	}
 	if !slices.Contains(strings.Split(c.Path, "/"), ".git") {
 		comps := strings.Split(c.Path, "/")
-		for i := len(comps) - 1; i >= 1; i-- {
+		for i := len(comps) - 1; i >= 0; i-- {
 			if g.bare[strings.Join(comps[:i], "/")] {
 				if f := gitDirFlag(comps[i:]); f != "" {
 					out = append(out, "in a bare repository: "+f)

@@ -355,3 +355,18 @@ func TestHooksThroughSymlinks(t *testing.T) {
 	flagged(t, cs, "scripts/pre-push", "linked from second/.git/hooks/pre-push")
 	notFlagged(t, cs, "scripts/other")
 }
+
+// A project that is itself a bare repository: its hooks and config are
+// flagged as such.
+func TestProjectIsABareRepository(t *testing.T) {
+	cs := hostRun(t, func(proj string) {
+		gitRepo(t, proj, "[core]\n\tbare = true\n")
+	}, func(proj, up string) {
+		write(t, filepath.Join(up, "hooks/post-receive"), "#!/bin/sh\n", 0o644)
+		write(t, filepath.Join(up, "config"), "[core]\n\tbare = true\n\tsshCommand = id\n", 0o644)
+		write(t, filepath.Join(up, "objects/ab/cdef"), "x", 0o444)
+	})
+	flagged(t, cs, "hooks/post-receive", "in a bare repository: git hook")
+	flagged(t, cs, "config", "in a bare repository: git configuration")
+	notFlagged(t, cs, "objects/ab/cdef")
+}

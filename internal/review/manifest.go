@@ -106,7 +106,7 @@ func gitDirsOf(m Manifest) []string {
 		switch {
 		case base == ".git":
 			out = append(out, p)
-		case base == "HEAD" && e.Type != "dir" && dir != "" && path.Base(dir) != ".git":
+		case base == "HEAD" && e.Type != "dir" && path.Base(dir) != ".git":
 			if m[dir+"/objects"].Type == "dir" || m[dir+"/refs"].Type == "dir" || m[dir+"/commondir"].Type != "" {
 				out = append(out, dir)
 			}
