@@ -240,7 +240,9 @@ func (g *gitView) lookAt(dir string) {
 			}
 		}
 	}
-	if !slices.Contains(strings.Split(dir, "/"), ".git") && g.looksLikeGitDir(dir) {
+	// A bare repository, or a git directory inside a .git (a submodule's,
+	// whose name may hold slashes: .git/modules/libs/foo; a worktree's).
+	if path.Base(dir) != ".git" && g.looksLikeGitDir(dir) {
 		g.addGitDir(dir, "", false)
 	}
 }

@@ -370,3 +370,16 @@ func TestProjectIsABareRepository(t *testing.T) {
 	flagged(t, cs, "config", "in a bare repository: git configuration")
 	notFlagged(t, cs, "objects/ab/cdef")
 }
+
+// A submodule whose name holds a slash keeps its git directory two levels
+// below .git/modules; the agent makes one and sets its hooksPath there.
+func TestSubmoduleNamedWithASlash(t *testing.T) {
+	cs := hostRun(t, func(proj string) {
+		gitRepo(t, filepath.Join(proj, ".git"), "[core]\n")
+	}, func(proj, up string) {
+		gitRepo(t, filepath.Join(up, ".git/modules/libs/foo"), "[core]\n\tworktree = ../../../../libs/foo\n\thooksPath = .h\n")
+		write(t, filepath.Join(up, "libs/foo/.h/pre-commit"), "#!/bin/sh\n", 0o644)
+	})
+	flagged(t, cs, ".git/modules/libs/foo/config", "git configuration")
+	flagged(t, cs, "libs/foo/.h/pre-commit", "core.hooksPath .h in .git/modules/libs/foo/config")
+}
