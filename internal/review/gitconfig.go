@@ -2,6 +2,7 @@ package review
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 )
 
@@ -12,6 +13,9 @@ type gitConfig struct {
 	hooksPath []string // every core.hooksPath, in order (git uses the last)
 	worktree  []string // every core.worktree
 	include   []string // include.path and includeIf.*.path, every one
+	// commands are the variables set that make git run a program
+	// ("core.fsmonitor", "alias.co", "filter.lfs.smudge" ...), with their values.
+	commands []cfgSetting
 	// odd is set when the text holds a line this reader does not follow, or
 	// names hooksPath where it took no value: git might read it otherwise,
 	// so the file cannot be vouched for.
@@ -28,6 +32,7 @@ type gitConfig struct {
 // cannot know where git will run.
 func parseGitConfig(b []byte) gitConfig {
 	var g gitConfig
+	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf")) // git skips a UTF-8 byte order mark
 	p := &cfgParser{b: b}
 	section, sub := "", ""
 	keys := 0 // hooksPath keys read, in any section
@@ -62,6 +67,13 @@ func parseGitConfig(b []byte) gitConfig {
 			key := strings.ToLower(name)
 			if key == "hookspath" {
 				keys++
+			}
+			if runsCommand(section, key) {
+				full := section + "." + key
+				if sub != "" {
+					full = section + "." + sub + "." + key
+				}
+				g.commands = append(g.commands, cfgSetting{full, value})
 			}
 			switch {
 			case section == "core" && sub == "" && key == "hookspath" && hasValue:
@@ -232,4 +244,41 @@ func (p *cfgParser) value() string {
 		}
 	}
 	return sb.String()
+}
+
+// commandKeys are the variables whose value git runs as a command
+// (git-config(1)), by section, then by variable ("" for any subsection).
+var commandKeys = map[string][]string{
+	"core":        {"fsmonitor", "sshcommand", "pager", "editor", "askpass", "gitproxy", "hookspath", "worktree"},
+	"sequence":    {"editor"},
+	"gpg":         {"program"},
+	"credential":  {"helper"},
+	"filter":      {"clean", "smudge", "process"},
+	"diff":        {"textconv", "command", "external"},
+	"merge":       {"driver"},
+	"difftool":    {"cmd", "path"},
+	"mergetool":   {"cmd", "path"},
+	"uploadpack":  {"packobjectshook"},
+	"remote":      {"uploadpack", "receivepack", "proxy", "vcs"},
+	"url":         {"insteadof", "pushinsteadof"},
+	"submodule":   {"update"},
+	"interactive": {"difffilter"},
+	"web":         {"browser"},
+	"browser":     {"cmd", "path"},
+	"man":         {"cmd", "path"},
+	"sendemail":   {"smtpserver", "tocmd", "cccmd"},
+	"pager":       nil, // pager.<command>: any
+	"alias":       nil, // alias.<name>: "!" runs a shell
+	"include":     {"path"},
+	"includeif":   {"path"},
+}
+
+// cfgSetting is one variable set, by its full name, and its value.
+type cfgSetting struct{ name, value string }
+
+// runsCommand reports whether section.key is one git runs a program from,
+// or one that sends git elsewhere for its code, config or hooks.
+func runsCommand(section, key string) bool {
+	keys, ok := commandKeys[section]
+	return ok && (keys == nil || slices.Contains(keys, key))
 }

@@ -354,6 +354,8 @@ func (g *gitView) readConfig(rel string, depth int) []cfgValue {
 	}
 	g.read[rel] = true
 	var out []cfgValue
+	var agents []cfgSetting // what the agent's version makes git run
+	defer func() { g.noteNewCommands(rel, agents) }()
 	for _, r := range []*root{g.upper, g.host} {
 		if st, ok, err := r.lstat(rel); err != nil || !ok || (r == g.upper && st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0) {
 			continue // not there, or deleted by the agent (a whiteout)
@@ -366,8 +368,13 @@ func (g *gitView) readConfig(rel string, depth int) []cfgValue {
 			continue
 		}
 		cfg := parseGitConfig(b)
-		if cfg.odd && r == g.upper {
-			g.note(rel, "git configuration in a form review does not follow (or naming hooksPath outside a value): check it by hand")
+		if r == g.upper {
+			if cfg.odd {
+				g.note(rel, "git configuration in a form review does not follow (or naming hooksPath outside a value): check it by hand")
+			}
+			agents = cfg.commands
+		} else {
+			agents = slices.DeleteFunc(agents, func(c cfgSetting) bool { return slices.Contains(cfg.commands, c) })
 		}
 		for _, v := range cfg.hooksPath {
 			out = append(out, cfgValue{rel, "hookspath", v})
@@ -392,6 +399,20 @@ func (g *gitView) readConfig(rel string, depth int) []cfgValue {
 		}
 	}
 	return out
+}
+
+// noteNewCommands names, on config file rel, the variables the agent's
+// version sets that make git run a program and the host's does not set so.
+func (g *gitView) noteNewCommands(rel string, set []cfgSetting) {
+	var names []string
+	for _, c := range set {
+		if q := Quote(c.name); !slices.Contains(names, q) {
+			names = append(names, q)
+		}
+	}
+	if len(names) > 0 {
+		g.note(rel, "sets what git runs: "+strings.Join(names, ", "))
+	}
 }
 
 // hooksPath records where core.hooksPath v sends git for hooks.

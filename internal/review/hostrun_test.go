@@ -383,3 +383,17 @@ func TestSubmoduleNamedWithASlash(t *testing.T) {
 	flagged(t, cs, ".git/modules/libs/foo/config", "git configuration")
 	flagged(t, cs, "libs/foo/.h/pre-commit", "core.hooksPath .h in .git/modules/libs/foo/config")
 }
+
+// A config the agent changed names what it makes git run, leaving out
+// what the host's already set the same way; a byte order mark is skipped
+// as git skips it.
+func TestGitConfigNamesWhatItRuns(t *testing.T) {
+	cs := hostRun(t, func(proj string) {
+		gitRepo(t, filepath.Join(proj, ".git"), "[core]\n\tpager = less\n[alias]\n\tst = status\n")
+	}, func(proj, up string) {
+		write(t, filepath.Join(up, ".git/config"), "\xef\xbb\xbf[core]\n\tpager = less\n\tfsmonitor = sh -c id\n\thooksPath = .h\n[alias]\n\tst = status\n\tco = !sh -c id\n[filter \"x\"]\n\tsmudge = id\n", 0o644)
+		write(t, filepath.Join(up, ".h/pre-commit"), "#!/bin/sh\n", 0o644)
+	})
+	flagged(t, cs, ".git/config", "sets what git runs: core.fsmonitor, core.hookspath, alias.co, filter.x.smudge")
+	flagged(t, cs, ".h/pre-commit", "core.hooksPath .h")
+}
