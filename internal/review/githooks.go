@@ -543,9 +543,13 @@ func (g *gitView) flags(c Change) []string {
 	if !slices.Contains(strings.Split(c.Path, "/"), ".git") {
 		comps := strings.Split(c.Path, "/")
 		for i := len(comps) - 1; i >= 0; i-- {
-			if g.bare[strings.Join(comps[:i], "/")] {
+			if gd := strings.Join(comps[:i], "/"); g.bare[gd] {
 				if f := gitDirFlag(comps[i:]); f != "" {
-					out = append(out, "in a bare repository: "+f)
+					where := "the project is a git directory: "
+					if gd != "" {
+						where = "in the git directory " + Quote(gd) + ": "
+					}
+					out = append(out, where+f)
 				}
 				break
 			}

@@ -206,8 +206,8 @@ func TestRepositoriesInsideTheProject(t *testing.T) {
 	})
 	flagged(t, cs, "nested/my-hooks/pre-commit", "core.hooksPath my-hooks in nested/.git/config")
 	flagged(t, cs, "lib/.lib-hooks/pre-commit", "core.hooksPath .lib-hooks in .git/modules/lib/config")
-	flagged(t, cs, "vendor/dep.git/config", "in a bare repository: git configuration")
-	flagged(t, cs, "vendor/dep.git/hooks/post-update", "in a bare repository: git hook")
+	flagged(t, cs, "vendor/dep.git/config", "in the git directory vendor/dep.git: git configuration")
+	flagged(t, cs, "vendor/dep.git/hooks/post-update", "in the git directory vendor/dep.git: git hook")
 	notFlagged(t, cs, "vendor/dep.git/objects/ab/cdef")
 	flagged(t, cs, "shared-hooks/pre-commit", "core.hooksPath ../shared-hooks in shared/.git/config")
 }
@@ -224,8 +224,8 @@ func TestRepositoriesTheAgentMade(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	flagged(t, cs, "evil.git/config", "in a bare repository: git configuration")
-	flagged(t, cs, "evil.git/hooks/pre-receive", "in a bare repository: git hook")
+	flagged(t, cs, "evil.git/config", "in the git directory evil.git: git configuration")
+	flagged(t, cs, "evil.git/hooks/pre-receive", "in the git directory evil.git: git hook")
 	flagged(t, cs, ".real/hooks/pre-commit", "git hook")
 	flagged(t, cs, ".git", "symlink")
 }
@@ -366,8 +366,8 @@ func TestProjectIsABareRepository(t *testing.T) {
 		write(t, filepath.Join(up, "config"), "[core]\n\tbare = true\n\tsshCommand = id\n", 0o644)
 		write(t, filepath.Join(up, "objects/ab/cdef"), "x", 0o444)
 	})
-	flagged(t, cs, "hooks/post-receive", "in a bare repository: git hook")
-	flagged(t, cs, "config", "in a bare repository: git configuration")
+	flagged(t, cs, "hooks/post-receive", "the project is a git directory: git hook")
+	flagged(t, cs, "config", "the project is a git directory: git configuration")
 	notFlagged(t, cs, "objects/ab/cdef")
 }
 
