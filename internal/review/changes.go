@@ -120,12 +120,13 @@ func compute(h *root, u *layer, project string, gitDirs []string) ([]Change, err
 	slices.SortStableFunc(c.out, func(a, b Change) int { return strings.Compare(a.Path, b.Path) })
 	g := newGitView(h, u.root, project, c.out, gitDirs)
 	for i := range c.out {
-		c.out[i].Flags = hostRunFlags(c.out[i])
-		for _, f := range g.flags(c.out[i]) {
-			if !slices.Contains(c.out[i].Flags, f) {
-				c.out[i].Flags = append(c.out[i].Flags, f)
+		var flags []string
+		for _, f := range slices.Concat(g.hookFlags(c.out[i]), hostRunFlags(c.out[i]), g.configFlags(c.out[i])) {
+			if !slices.Contains(flags, f) {
+				flags = append(flags, f)
 			}
 		}
+		c.out[i].Flags = flags
 	}
 	return c.out, nil
 }

@@ -526,10 +526,9 @@ func readProblem(err error) string {
 	return "unreadable"
 }
 
-// flags are the reasons git gives a change to run on the host: a file in
-// a hooks directory, a file of a bare repository, a config file included
-// from another, and what its config does.
-func (g *gitView) flags(c Change) []string {
+// hookFlags are the reasons git runs a change as a hook, or reads it as
+// part of a git directory no ".git" name marks: listed before the rest.
+func (g *gitView) hookFlags(c Change) []string {
 	if g == nil || c.Kind == Deleted {
 		return nil
 	}
@@ -555,6 +554,16 @@ func (g *gitView) flags(c Change) []string {
 			}
 		}
 	}
+	return out
+}
+
+// configFlags are the reasons git reads a change as config (included by
+// another), and what review found in that config.
+func (g *gitView) configFlags(c Change) []string {
+	if g == nil || c.Kind == Deleted {
+		return nil
+	}
+	var out []string
 	if why, ok := g.configs[c.Path]; ok {
 		out = append(out, why)
 	}
