@@ -64,6 +64,7 @@ func newGitView(h, u *root, project string, cs []Change, known []string) *gitVie
 		notes: map[string][]string{}, looked: map[string]bool{}, added: map[string]bool{}, read: map[string]bool{},
 	}
 	g.user = userHooksPaths()
+	g.enclosingRepo()
 	g.lookAt("")
 	for _, k := range known {
 		if checkRel(k) != nil {
@@ -489,6 +490,66 @@ func (g *gitView) outsideGitDir(gd, top string) {
 		}
 		for _, v := range parseGitConfig(b).hooksPath {
 			g.hooksPath(cfgValue{file: f, key: "hookspath", value: v}, []string{top})
+		}
+	}
+}
+
+// enclosingRepo reads the repository the project lies in, when the
+// project is a directory below a worktree's top (git looks up the parents
+// for a .git): a core.hooksPath there, relative to that top, may name a
+// directory of the project. The repository is the user's and outside the
+// project, so the agent could not change its config.
+func (g *gitView) enclosingRepo() {
+	for d := filepath.Dir(g.project); ; d = filepath.Dir(d) {
+		fi, err := os.Lstat(filepath.Join(d, ".git"))
+		if err == nil {
+			var gds []string
+			switch {
+			case fi.IsDir():
+				gds = []string{filepath.Join(d, ".git")}
+			case fi.Mode().IsRegular():
+				if b, err := safefile.Read(filepath.Join(d, ".git"), 4096); err == nil {
+					if gd, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:"); ok {
+						gd = strings.TrimSpace(gd)
+						if !filepath.IsAbs(gd) {
+							gd = filepath.Join(d, gd)
+						}
+						gds = []string{gd}
+						if c, err := safefile.Read(filepath.Join(gd, "commondir"), 4096); err == nil {
+							common := strings.TrimSpace(string(c))
+							if !filepath.IsAbs(common) {
+								common = filepath.Join(gd, common)
+							}
+							gds = append(gds, common)
+						}
+					}
+				}
+			}
+			var vs []cfgValue
+			for _, gd := range gds {
+				for _, f := range []string{filepath.Join(gd, "config"), filepath.Join(gd, "config.worktree")} {
+					if b, err := safefile.Read(f, maxGitConfig); err == nil {
+						for _, v := range parseGitConfig(b).hooksPath {
+							vs = append(vs, cfgValue{file: f, key: "hookspath", value: v})
+						}
+					}
+				}
+			}
+			for _, v := range append(vs, g.user...) {
+				abs := v.value
+				if !filepath.IsAbs(abs) && !strings.HasPrefix(abs, "~") {
+					abs = filepath.Join(d, abs)
+				}
+				if rel, inside := g.resolve("", abs); inside {
+					if _, ok := g.hookDirs[rel]; !ok {
+						g.hookDirs[rel] = fmt.Sprintf("git hook (core.hooksPath %s in %s): runs on the host at the next git command", Quote(v.value), Quote(v.file))
+					}
+				}
+			}
+			return
+		}
+		if d == "/" || d == "." {
+			return
 		}
 	}
 }

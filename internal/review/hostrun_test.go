@@ -19,7 +19,12 @@ import (
 // layer made by agent: it returns the listing.
 func hostRun(t *testing.T, setup func(proj string), agent func(proj, up string)) []Change {
 	t.Helper()
-	proj := t.TempDir()
+	return hostRunIn(t, t.TempDir(), setup, agent)
+}
+
+// hostRunIn is hostRun with the project at proj.
+func hostRunIn(t *testing.T, proj string, setup func(proj string), agent func(proj, up string)) []Change {
+	t.Helper()
 	write(t, filepath.Join(proj, "src/main.c"), "int main(void) { return 0; }\n", 0o644)
 	if setup != nil {
 		setup(proj)
@@ -396,4 +401,18 @@ func TestGitConfigNamesWhatItRuns(t *testing.T) {
 	})
 	flagged(t, cs, ".git/config", "sets what git runs: core.fsmonitor, core.hookspath, alias.co, filter.x.smudge")
 	flagged(t, cs, ".h/pre-commit", "core.hooksPath .h")
+}
+
+// A project that is a directory of a larger repository: the enclosing
+// repository's core.hooksPath, relative to its top, names a directory of
+// the project.
+func TestHooksPathOfTheEnclosingRepository(t *testing.T) {
+	outer := t.TempDir()
+	gitRepo(t, filepath.Join(outer, ".git"), "[core]\n\thooksPath = tools/githooks\n")
+	cs := hostRunIn(t, filepath.Join(outer, "tools"), nil, func(proj, up string) {
+		write(t, filepath.Join(up, "githooks/pre-commit"), "#!/bin/sh\n", 0o644)
+		write(t, filepath.Join(up, "other/pre-commit"), "#!/bin/sh\n", 0o644)
+	})
+	flagged(t, cs, "githooks/pre-commit", "core.hooksPath tools/githooks in "+Quote(filepath.Join(outer, ".git/config")))
+	notFlagged(t, cs, "other/pre-commit")
 }
