@@ -426,7 +426,7 @@ func (g *gitView) hooksPath(v cfgValue, bases []string) {
 		rel, inside := g.resolve(b, v.value)
 		if !inside {
 			g.note(v.file, fmt.Sprintf("core.hooksPath %s points outside the project: git runs hooks from there, which this review cannot show", Quote(v.value)))
-			return
+			continue
 		}
 		if _, ok := g.hookDirs[rel]; !ok {
 			g.hookDirs[rel] = why
