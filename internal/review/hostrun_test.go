@@ -416,3 +416,13 @@ func TestHooksPathOfTheEnclosingRepository(t *testing.T) {
 	flagged(t, cs, "githooks/pre-commit", "core.hooksPath tools/githooks in "+Quote(filepath.Join(outer, ".git/config")))
 	notFlagged(t, cs, "other/pre-commit")
 }
+
+// The parser reads what the agent wrote: it must end, on any bytes.
+func FuzzParseGitConfig(f *testing.F) {
+	for _, s := range []string{"[core]\n\thooksPath = a\n", "[core \"x\\", "[a.b]c=\"d\\\n", "\xef\xbb\xbf[", "x=\"", "[core]hooksPath=\\"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		parseGitConfig(b)
+	})
+}
