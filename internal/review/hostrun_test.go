@@ -264,6 +264,19 @@ func TestBuildAndToolFiles(t *testing.T) {
 		"package-lock.json":                        "lockfile",
 		"composer.json":                            "package manifest",
 		".github/workflows/ci.yml":                 "local runner",
+		// The rest of the list, each ecosystem's files (some flagged before too).
+		"build.gradle.kts": "build file", "settings.gradle.kts": "build file", "gradlew": "build tool wrapper",
+		"pom.xml": "build file", ".cargo/config": "tool configuration", "rust-toolchain": "toolchain file",
+		"build.rs": "cargo", "go.mod": "go module file", "go.work": "go module file", "WORKSPACE": "build file",
+		"pkg/BUILD": "build file", "Dockerfile.dev": "container", "compose.yaml": "container",
+		".devcontainer/devcontainer.json": "devcontainer", ".eslintrc.js": "tool config in code",
+		"prettier.config.js": "tool config in code", ".vscode/settings.json": ".vscode", ".idea/workspace.xml": ".idea",
+		".pre-commit-config.yaml": "git hook manager", ".husky/pre-commit": "husky", "Justfile": "build file",
+		"Taskfile.yml": "build file", "Rakefile": "build file", "Gemfile": "package manifest", ".npmrc": "package manager config",
+		".yarnrc": "package manager config", ".yarnrc.yml": "package manager config", "setup.py": "python", "pyproject.toml": "python",
+		"setup.cfg": "python", "tests/conftest.py": "python", "noxfile.py": "python", "tox.ini": "python", "Makefile": "build file",
+		"CMakeLists.txt": "build file", "meson.build": "build file", "build.ninja": "build file", "rules.mk": "build file",
+		"package.json": "package manifest", ".gitattributes": "git attributes", ".gitmodules": "submodules", ".gitlab-ci.yml": "CI",
 	}
 	cs := hostRun(t, func(proj string) {
 		write(t, filepath.Join(proj, "scripts/release.sh"), "#!/bin/sh\necho release\n", 0o755)
