@@ -140,7 +140,7 @@ func (s *Session) Apply(ctx context.Context) (*Result, error) {
 	// Modes raised to read are put back if the session stays open; once
 	// applied, the layer is gone and there is nothing to put back.
 	defer up.Close()
-	changes, err := compute(proj, up)
+	changes, err := compute(proj, up, s.Meta.Project, s.Meta.GitDirs)
 	if err != nil {
 		return nil, err
 	}

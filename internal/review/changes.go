@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -76,7 +77,17 @@ var (
 const maxLayerEntries = MaxEntries
 
 // Compute lists what the upper layer changes in project, in path order.
-func Compute(project, upper string) (cs []Change, err error) {
+func Compute(project, upper string) ([]Change, error) {
+	return computeIn(project, upper, nil)
+}
+
+// computeIn is Compute that also reads the repositories at gitDirs
+// (project-relative, recorded at start) for where git looks for hooks.
+func computeIn(project, upper string, gitDirs []string) (cs []Change, err error) {
+	abs, err := filepath.Abs(project)
+	if err != nil {
+		return nil, fmt.Errorf("project: %w", err)
+	}
 	h, err := openRoot(project)
 	if err != nil {
 		return nil, err
@@ -91,10 +102,10 @@ func Compute(project, upper string) (cs []Change, err error) {
 			cs, err = nil, cerr
 		}
 	}()
-	return compute(h, u)
+	return compute(h, u, abs, gitDirs)
 }
 
-func compute(h *root, u *layer) ([]Change, error) {
+func compute(h *root, u *layer, project string, gitDirs []string) ([]Change, error) {
 	st, err := u.rootStat()
 	if err != nil {
 		return nil, err
@@ -107,8 +118,15 @@ func compute(h *root, u *layer) ([]Change, error) {
 		return nil, err
 	}
 	slices.SortStableFunc(c.out, func(a, b Change) int { return strings.Compare(a.Path, b.Path) })
+	g := newGitView(h, u.root, project, c.out, gitDirs)
 	for i := range c.out {
-		c.out[i].Flags = hostRunFlags(c.out[i])
+		var flags []string
+		for _, f := range slices.Concat(g.hookFlags(c.out[i]), hostRunFlags(c.out[i]), g.configFlags(c.out[i])) {
+			if !slices.Contains(flags, f) {
+				flags = append(flags, f)
+			}
+		}
+		c.out[i].Flags = flags
 	}
 	return c.out, nil
 }

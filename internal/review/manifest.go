@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -88,4 +91,27 @@ func same(a, b Entry) bool {
 		return true
 	}
 	return a.Size == b.Size && a.Mtime == b.Mtime && a.Ctime == b.Ctime && a.Ino == b.Ino
+}
+
+// gitDirsOf lists the repositories of a project's record: every ".git"
+// (directory or file), and every directory git would take for a git
+// directory (a HEAD beside objects and refs, or a commondir), in path order.
+func gitDirsOf(m Manifest) []string {
+	var out []string
+	for p, e := range m {
+		dir, base := "", p
+		if i := strings.LastIndexByte(p, '/'); i >= 0 {
+			dir, base = p[:i], p[i+1:]
+		}
+		switch {
+		case base == ".git":
+			out = append(out, p)
+		case base == "HEAD" && e.Type != "dir" && path.Base(dir) != ".git":
+			if m[dir+"/objects"].Type == "dir" || m[dir+"/refs"].Type == "dir" || m[dir+"/commondir"].Type != "" {
+				out = append(out, dir)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -32,7 +32,11 @@ type Meta struct {
 	Owner   string    `json:"owner"` // the aisb run process, state.Owner form
 	Image   string    `json:"image"` // the sandbox image, to scrub the work directory with
 	Git     string    `json:"git"`   // what the project's .git was at start (see docs/review.md)
-	State   string    `json:"state"`
+	// GitDirs are the project's repositories at start (project-relative:
+	// each .git, and each bare repository), whose config says where git
+	// looks for hooks.
+	GitDirs []string `json:"git_dirs,omitempty"`
+	State   string   `json:"state"`
 }
 
 // Session is one review-mode session's directory: SESSIONDIR/review.
@@ -82,6 +86,7 @@ func Begin(sessionDir string, m Meta) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Meta.GitDirs = gitDirsOf(base)
 	if err := writeJSON(s.baselinePath(), base); err != nil {
 		return nil, err
 	}
@@ -162,7 +167,7 @@ func (s *Session) Changes() ([]Change, error) {
 	if err := readJSON(s.journalPath(), &j); err == nil && j.State != jStaging {
 		return nil, fmt.Errorf("%w (%s): finish it with aisb review --apply %s, or undo it with aisb review --rollback %s", ErrInterrupted, s.Meta.Session, s.Meta.Session, s.Meta.Session)
 	}
-	return Compute(s.Meta.Project, s.Upper())
+	return computeIn(s.Meta.Project, s.Upper(), s.Meta.GitDirs)
 }
 
 func (s *Session) save() error { return writeJSON(filepath.Join(s.Dir, "meta.json"), s.Meta) }
