@@ -301,3 +301,6 @@ func RunOnce(ctx context.Context, e Engine, image, hostDir, mountPoint string, a
 	code, err := e.ContainerWait(ctx, resp.ID)
 	return int(code), err
 }
+
+// Address is where the service listens (its URI).
+func (c *Conn) Address() string { return c.URI }

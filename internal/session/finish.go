@@ -42,7 +42,7 @@ const handoffName = "finish.json"
 // watchdog, the gate's secrets included (it removes them once squid is
 // gone); where that fails, it finishes the gate itself and reports that it
 // did not hand it off.
-func handOff(ctx context.Context, c *engine.Conn, o Options, id string, g *gate.Gate, follower *audit.Follower, wd *reaper.Watchdog, trace func(string)) (handedOff bool, err error) {
+func handOff(ctx context.Context, c engine.Engine, o Options, id string, g *gate.Gate, follower *audit.Follower, wd *reaper.Watchdog, trace func(string)) (handedOff bool, err error) {
 	offset, ferr := follower.Handoff()
 	if ferr != nil {
 		ferr = fmt.Errorf("the audit of session %s is incomplete: %w", id, ferr)

@@ -46,7 +46,7 @@ func hashImages(o Options, h harness.Preset) func() ([]image.Hashed, error) {
 
 // ensureImages builds (once) the sandbox image for the harness and the
 // gate image the session needs.
-func ensureImages(c *engine.Conn, o Options, hashed func() ([]image.Hashed, error)) (images, error) {
+func ensureImages(c engine.Engine, o Options, hashed func() ([]image.Hashed, error)) (images, error) {
 	specs, err := hashed()
 	if err != nil {
 		return images{}, err
@@ -84,7 +84,7 @@ type podmanPrep struct {
 // preparePodman starts the session's Podman preparations; wait returns
 // their results (and may be called again: a deferred call makes sure
 // nothing still uses the connection when the session returns early).
-func preparePodman(c *engine.Conn, o Options, specs func() ([]image.Hashed, error)) *podmanPrep {
+func preparePodman(c engine.Engine, o Options, specs func() ([]image.Hashed, error)) *podmanPrep {
 	p := &podmanPrep{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)

@@ -2,7 +2,6 @@ package session
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -29,7 +28,7 @@ type network struct {
 	// the gate: it removes the gate's secrets, not aisb.
 	handedOff bool
 
-	gate  *sessionGate // nil outside allow mode
+	gate  gater // nil outside allow mode
 	logf  func(string, ...any)
 	alive struct {
 		ctx     context.Context
@@ -54,27 +53,27 @@ func (r *run) openNetwork(ctx context.Context) error {
 	case contract.ModeAllow:
 		// The gate parses untrusted traffic: it gets a directory of its own,
 		// never the one holding the sandbox's policy.
-		sg, err := r.openGate(ctx)
+		sg, err := o.seams.openGateFunc()(r, ctx)
 		if err != nil {
 			return err
 		}
 		n.gate = sg
 		n.alive.ctx, n.alive.stop = context.WithCancel(ctx)
-		port := sg.g.Port
+		port := sg.port()
 		n.gatePort = port
 		p.Gate = &contract.Endpoint{Addr: mapped, Port: uint16(port)}
 		// The sandbox starts while its own gate still starts; the
 		// entrypoint execs the command only once ready has told it.
 		p.AwaitGate = o.GateName == ""
 		n.awaited = p.AwaitGate
-		if sg.g.CACert() != nil {
+		if sg.caCert() != nil {
 			// The sandbox trusts the gate for the credential hosts.
-			p.SessionCA = string(sg.g.CACert())
+			p.SessionCA = string(sg.caCert())
 			caEnv(r.env)
 		}
 		// The proxy URL carries the token that proves the sandbox to its
 		// gate: any other local process is refused there.
-		for k, v := range proxyEnv(sg.g.ProxyURL(mapped.String())) {
+		for k, v := range proxyEnv(sg.proxyURL(mapped.String())) {
 			r.env[k] = v
 		}
 	case contract.ModeNoGate:
@@ -95,7 +94,8 @@ func (r *run) openNetwork(ctx context.Context) error {
 	// gate's word (sandbox.TellGateReady).
 	n.policyDir = filepath.Join(r.dir, "policy")
 	if err := sandbox.WritePolicy(n.policyDir, p); err != nil {
-		n.close(func(string) {})
+		n.finish(func(string) {})
+		n.removeGate(func(string) {})
 		return fmt.Errorf("session policy: %w", err)
 	}
 	if o.Unenforced {
@@ -123,7 +123,7 @@ func (n *network) ready() error {
 	n.alive.done = make(chan struct{})
 	go func() {
 		defer close(n.alive.done)
-		gate.WatchAlive(n.alive.ctx, n.gate.g, 250*time.Millisecond, func(err error) {
+		n.gate.watchAlive(n.alive.ctx, func(err error) {
 			n.alive.mu.Lock()
 			n.alive.lostErr = err
 			n.alive.mu.Unlock()
@@ -140,8 +140,9 @@ func (n *network) lost() error {
 	return n.alive.lostErr
 }
 
-// close stops the watch and ends the gate (see sessionGate.close).
-func (n *network) close(trace func(string)) {
+// finish stops the watch and finishes the gate's audit, or hands the gate
+// to the watchdog (see sessionGate.finish).
+func (n *network) finish(trace func(string)) {
 	if n.gate == nil {
 		return
 	}
@@ -149,11 +150,21 @@ func (n *network) close(trace func(string)) {
 	if n.alive.done != nil {
 		<-n.alive.done
 	}
-	handedOff, err := n.gate.close(trace)
+	handedOff, err := n.gate.finish(trace)
 	if err != nil {
 		n.logf("%v", err)
 	}
 	n.handedOff = handedOff
+}
+
+// removeGate removes the gate's container, unless the watchdog has it.
+func (n *network) removeGate(trace func(string)) {
+	if n.gate == nil || n.handedOff {
+		return
+	}
+	if err := n.gate.remove(trace); err != nil {
+		n.logf("%v", err)
+	}
 }
 
 // gateDir is the gate's directory within the session directory dir.
@@ -173,6 +184,7 @@ type sessionGate struct {
 	ctx       context.Context
 	watchCtx  context.Context
 	stopWatch context.CancelFunc
+	removed   bool          // the container is gone (or the watchdog's to remove)
 	watched   chan struct{} // closed when the host watch has ended; nil before ready
 }
 
@@ -206,6 +218,15 @@ func (r *run) openGate(ctx context.Context) (*sessionGate, error) {
 	return sg, nil
 }
 
+func (sg *sessionGate) port() int                   { return sg.g.Port }
+func (sg *sessionGate) caCert() []byte              { return sg.g.CACert() }
+func (sg *sessionGate) proxyURL(host string) string { return sg.g.ProxyURL(host) }
+
+// watchAlive calls lost when the gate dies (gate.WatchAlive).
+func (sg *sessionGate) watchAlive(ctx context.Context, lost func(error)) {
+	gate.WatchAlive(ctx, sg.g, 250*time.Millisecond, lost)
+}
+
 // opened waits for the gate's start (later calls say the same).
 func (sg *sessionGate) opened() error {
 	sg.once.Do(func() { sg.openErr = <-sg.opening })
@@ -235,13 +256,15 @@ func (sg *sessionGate) ready() error {
 	return nil
 }
 
-// close ends the gate and reports whether the session's watchdog took it
-// over, its secrets included. With a watchdog, it converts what the gate
-// logged so far and hands the rest (the last requests' lines, the gate's
-// removal) to the watchdog, which finishes after aisb has returned
-// (Finish); without one, the gate is quiesced and removed and its audit
-// completed here.
-func (sg *sessionGate) close(trace func(string)) (handedOff bool, err error) {
+// finish ends the gate's part of the session and reports whether the
+// session's watchdog took it over, its secrets and its removal included.
+// With a watchdog, it converts what the gate logged so far and hands the
+// rest (the last requests' lines, the gate's removal) to the watchdog,
+// which finishes after aisb has returned (Finish). Without one, squid is
+// quiesced and killed, so that it logs nothing more, and the audit is
+// completed here; the gate's secrets go next, then its container (remove):
+// run.teardown keeps that order.
+func (sg *sessionGate) finish(trace func(string)) (handedOff bool, err error) {
 	if sg.longLived {
 		return false, nil
 	}
@@ -249,6 +272,7 @@ func (sg *sessionGate) close(trace func(string)) (handedOff bool, err error) {
 	sg.stopWatch()
 	if sg.opened() != nil {
 		// Open removed the gate; what it may have logged is kept.
+		sg.removed = true
 		return false, sg.follower.Stop()
 	}
 	if sg.watched != nil {
@@ -258,13 +282,28 @@ func (sg *sessionGate) close(trace func(string)) (handedOff bool, err error) {
 	// what it records is in the audit before the watchdog goes on.
 	r.st.quiet()
 	if r.wd != nil {
-		return handOff(sg.ctx, r.c, r.o, r.id, sg.g, sg.follower, r.wd, trace)
+		handedOff, err = handOff(sg.ctx, r.c, r.o, r.id, sg.g, sg.follower, r.wd, trace)
+		// Not handed over: handOff finished and removed the gate itself.
+		sg.removed = true
+		return handedOff, err
 	}
 	sg.g.Quiesce(time.Second)
-	err = sg.g.Kill(r.c)
-	trace("gate removed")
+	sg.g.KillSquid(time.Second)
 	if ferr := sg.follower.Stop(); ferr != nil {
-		err = errors.Join(err, fmt.Errorf("the audit of session %s is incomplete: %w", r.id, ferr))
+		return false, fmt.Errorf("the audit of session %s is incomplete: %w", r.id, ferr)
 	}
-	return false, err
+	trace("gate's audit complete")
+	return false, nil
+}
+
+// remove removes the gate's container, once its audit is complete and its
+// secrets are gone; a long-lived gate is not the session's to remove.
+func (sg *sessionGate) remove(trace func(string)) error {
+	if sg.longLived || sg.removed {
+		return nil
+	}
+	sg.removed = true
+	err := sg.g.Kill(sg.r.c)
+	trace("gate removed")
+	return err
 }

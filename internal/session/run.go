@@ -9,7 +9,6 @@ import (
 
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/squidconf"
-	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/harness"
 	"github.com/aisb-dev/aisb/internal/project"
 	"github.com/aisb-dev/aisb/internal/reaper"
@@ -36,7 +35,7 @@ type run struct {
 	creds   []squidconf.Credential
 
 	// The session's resources, in the order Run acquires them.
-	c      *engine.Conn
+	c      podman
 	podman *podmanPrep
 	id     string
 	owner  string
@@ -118,7 +117,7 @@ func (r *run) connect(ctx context.Context) error {
 	// while Podman gets ready.
 	sockets := scanSockets(o.ProjectDir, project.ScanBudget, o.AllowProjectSockets, o.Logf)
 	specs := hashImages(o, r.h)
-	c, err := engine.Connect(ctx, o.Where)
+	c, err := o.seams.connectFunc()(ctx, o.Where)
 	if err != nil {
 		return err
 	}
@@ -268,10 +267,12 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 }
 
 // teardown undoes what the session set up, in this order, each step only
-// for a part that was set up. The order carries the session's guarantees;
-// a step's failure is said on stderr and the next steps still run.
+// for a part that was set up. The order carries the session's guarantees:
+// nothing passes the gate while its audit is completed, the audit is
+// complete before the gate's secrets go, and they go before its container.
+// A step's failure is said on stderr and the next steps still run.
 func (r *run) teardown() {
-	handedOff := r.net != nil && r.net.handedOff // updated by step 3
+	handedOff := false // the watchdog took the gate over (step 3)
 	// 1. The sandbox goes first: nothing may send through the gate while
 	//    its audit is completed. An exited sandbox is left to the watchdog
 	//    to remove (its Podman cleanup runs off the user's path), any other
@@ -291,13 +292,14 @@ func (r *run) teardown() {
 		r.closeState()
 		r.trace("state recorded")
 	}
-	// 3. The network: the gate's audit is completed and the gate removed,
-	//    or both are handed to the watchdog, which finishes after aisb has
-	//    returned (Finish). A sandbox left to the watchdog with no gate
-	//    handed over is handed to it now.
+	// 3. The network: squid is quiesced and stopped and the gate's audit
+	//    completed, or the gate is handed to the watchdog, which does the
+	//    same (and steps 6 and 7) after aisb has returned (Finish). A
+	//    sandbox left to the watchdog with no gate handed over is handed to
+	//    it now.
 	if r.net != nil {
 		r.step("network")
-		r.net.close(r.trace)
+		r.net.finish(r.trace)
 		handedOff = r.net.handedOff
 		if r.leave && !handedOff {
 			if err := r.wd.RemoveSandbox(); err != nil {
@@ -319,21 +321,25 @@ func (r *run) teardown() {
 		r.st.stop(handedOff)
 	}
 	// 6. The gate's secrets (squid.conf with the credentials' values, the
-	//    session CA's key) go once the gate is gone and its audit complete;
-	//    a gate handed to the watchdog is its to finish, secrets included.
+	//    session CA's key), once its audit is complete.
 	if r.dir != "" && !handedOff {
 		r.step("secrets")
 		if err := gate.RemoveSecrets(gateDir(r.dir)); err != nil {
 			r.o.Logf("%v", err)
 		}
 	}
-	// 7. The watchdog hears that the session ended (after a hand-over it
+	// 7. The gate's container.
+	if r.net != nil && r.net.gate != nil && !handedOff {
+		r.step("gate")
+		r.net.removeGate(r.trace)
+	}
+	// 8. The watchdog hears that the session ended (after a hand-over it
 	//    already knows, and this says nothing).
 	if r.wd != nil {
 		r.step("watchdog")
 		r.wd.Stop()
 	}
-	// 8. Podman's preparation may still run after an early error: it ends
+	// 9. Podman's preparation may still run after an early error: it ends
 	//    before the connection closes.
 	if r.podman != nil {
 		r.step("podman")

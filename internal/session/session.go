@@ -44,6 +44,9 @@ type Options struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 
+	// seams are the tests' fakes (seams.go); nil in aisb.
+	seams *seams
+
 	// AllowProjectSockets runs even when the project holds UNIX socket
 	// files, which the sandbox could connect to (sockets.go).
 	AllowProjectSockets bool
@@ -91,7 +94,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 // endReview empties the overlay's work directory once the sandbox is gone
 // and says how to see the agent's changes.
-func endReview(c *engine.Conn, rv *review.Session, img, owner string, logf func(string, ...any)) {
+func endReview(c engine.Engine, rv *review.Session, img, owner string, logf func(string, ...any)) {
 	if err := sandbox.Scrub(c, img, rv.Work(), rv.Meta.Session, owner); err != nil {
 		logf("review: %v (aisb review --apply or --discard retries)", err)
 	} else if err := os.Remove(rv.Work()); err != nil {
@@ -135,9 +138,9 @@ func tracer(on bool, logf func(string, ...any)) func(string) {
 // the sandbox and its gate may still run without it. aisb says so at once,
 // waits for a service to answer again and removes them itself (the next
 // aisb command's reaping is the fallback when it gives up).
-func recoverService(ctx context.Context, c *engine.Conn, o Options, id string, cause error) error {
+func recoverService(ctx context.Context, c podman, o Options, id string, cause error) error {
 	names := []string{sandbox.ContainerName(id), gate.ContainerName(id)}
-	o.Logf("lost the Podman service at %s (%v): the session's containers (%s) may still be running; waiting up to %s for Podman to answer again to remove them", c.URI, cause, strings.Join(names, ", "), serviceWait)
+	o.Logf("lost the Podman service at %s (%v): the session's containers (%s) may still be running; waiting up to %s for Podman to answer again to remove them", c.Address(), cause, strings.Join(names, ", "), serviceWait)
 	if err := c.Reconnect(ctx, o.Where, serviceWait); err != nil {
 		return fmt.Errorf("lost the Podman service and it did not come back within %s (%v); the next aisb command removes %s", serviceWait, err, strings.Join(names, ", "))
 	}

@@ -1,0 +1,377 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/contract"
+	"github.com/aisb-dev/aisb/gate"
+	"github.com/aisb-dev/aisb/internal/allowlist"
+	"github.com/aisb-dev/aisb/internal/config"
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/engine/enginefake"
+	"github.com/aisb-dev/aisb/internal/live"
+	"github.com/aisb-dev/aisb/internal/state"
+)
+
+// The session's order, against a fake Podman (enginefake) and a fake gate:
+// what a session does when things go right and when they go wrong, in
+// milliseconds. The real gate's part of it is the integration tests'.
+
+// fakePodman is the fake service as a session's connection.
+type fakePodman struct {
+	*enginefake.Fake
+	closed bool
+}
+
+func (p *fakePodman) How() string     { return "the fake" }
+func (p *fakePodman) Address() string { return "fake://" }
+func (p *fakePodman) Close() error    { p.closed = true; return nil }
+func (p *fakePodman) Reconnect(context.Context, engine.Where, time.Duration) error {
+	return errors.New("the fake does not come back")
+}
+
+// events is the order of what the fake gate and the test saw.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(s string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, s)
+}
+
+func (e *events) all() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// fakeGate stands for the session's gate: it records its finish and its
+// removal, with what was still there at each.
+type fakeGate struct {
+	r       *run
+	f       *enginefake.Fake
+	ev      *events
+	lose    error // reported by watchAlive once the gate is ready
+	handOff bool  // finish hands the gate to the watchdog
+}
+
+func (g *fakeGate) port() int                   { return 4242 }
+func (g *fakeGate) caCert() []byte              { return nil }
+func (g *fakeGate) proxyURL(host string) string { return "http://aisb:" + strings.Repeat("0", 32) + "@" + host + ":4242" }
+func (g *fakeGate) ready() error                { g.ev.add("gate ready"); return nil }
+func (g *fakeGate) watchAlive(ctx context.Context, lost func(error)) {
+	if g.lose != nil {
+		lost(g.lose)
+	}
+	<-ctx.Done()
+}
+
+func (g *fakeGate) finish(func(string)) (bool, error) {
+	_, running := g.f.Container(sandboxName(g.r.id))
+	c, _ := g.f.Container(sandboxName(g.r.id))
+	g.ev.add("audit complete; sandbox running: " + boolWord(running && c.State == "running") + "; secrets: " + g.secrets())
+	if g.handOff {
+		if err := g.r.wd.Finish(); err != nil {
+			return false, err
+		}
+		g.ev.add("handed to the watchdog")
+		return true, nil
+	}
+	return false, nil
+}
+
+func (g *fakeGate) remove(func(string)) error {
+	g.ev.add("gate removed; secrets: " + g.secrets())
+	return nil
+}
+
+// secrets says whether the gate's secrets are still in its directory.
+func (g *fakeGate) secrets() string {
+	for _, p := range gate.SecretPaths(gateDir(g.r.dir)) {
+		if _, err := os.Lstat(p); err == nil {
+			return "there"
+		}
+	}
+	return "gone"
+}
+
+func boolWord(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func sandboxName(id string) string { return "aisb-" + id }
+
+// orderCase is one session against the fakes.
+type orderCase struct {
+	f       *enginefake.Fake
+	p       *fakePodman
+	g       *fakeGate
+	ev      *events
+	o       Options
+	stderr  *bytes.Buffer
+	watched string // the watchdog's standard input, once it has exited
+}
+
+func newOrderCase(t *testing.T, watchdog bool) *orderCase {
+	t.Helper()
+	f := enginefake.New()
+	f.Version = engine.MinEmptyDetachKeys
+	f.Files(enginefake.Kind("sandbox"), map[string][]byte{contract.StatusPath: []byte(`{"outcome":"enforced"}`)})
+	oc := &orderCase{f: f, p: &fakePodman{Fake: f}, ev: &events{}, stderr: &bytes.Buffer{}}
+	bin := t.TempDir()
+	for _, b := range []string{"aisb-entrypoint", "aisb-gatehelper"} {
+		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := config.Default()
+	cfg.Sandbox.Harness, cfg.Sandbox.State = "shell", config.StateNone
+	list, err := allowlist.Parse([]string{"allowed.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logMu sync.Mutex
+	oc.o = Options{
+		Config: &config.Resolved{Config: cfg, Allowlist: list},
+		Paths:  state.Paths{State: t.TempDir(), Runtime: t.TempDir(), Config: t.TempDir()},
+		// Not t.TempDir: the project must not be a parent of the state.
+		ProjectDir: t.TempDir(), Command: []string{"true"}, Helper: "pasta",
+		Entrypoint: filepath.Join(bin, "aisb-entrypoint"), GateHelper: filepath.Join(bin, "aisb-gatehelper"),
+		Logf: func(format string, args ...any) {
+			logMu.Lock()
+			defer logMu.Unlock()
+			oc.stderr.WriteString(strings.TrimSpace(fmt.Sprintf(format, args...)) + "\n")
+		},
+		Stdin: bytes.NewReader(nil), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{},
+	}
+	if watchdog {
+		out := filepath.Join(t.TempDir(), "watchdog")
+		oc.o.Watchdog = []string{"/bin/sh", "-c", "cat > " + out, "sh"}
+		t.Cleanup(func() {})
+		oc.watched = out
+	}
+	oc.o.seams = &seams{
+		connect: func(context.Context, engine.Where) (podman, error) { return oc.p, nil },
+		openGate: func(r *run, _ context.Context) (gater, error) {
+			// The gate's directory holds secrets, as a real gate's does.
+			dir := gateDir(r.dir)
+			if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
+				return nil, err
+			}
+			for _, p := range []string{filepath.Join(dir, "squid.conf"), filepath.Join(dir, "tls", "ca.key")} {
+				if err := os.WriteFile(p, []byte("secret\n"), 0o600); err != nil {
+					return nil, err
+				}
+			}
+			oc.g.r = r
+			oc.ev.add("gate opened")
+			return oc.g, nil
+		},
+	}
+	oc.g = &fakeGate{f: f, ev: oc.ev}
+	return oc
+}
+
+// run runs the session and checks what every session's end must leave:
+// nothing listed as running, the connection closed, no secret left
+// unless the watchdog has them.
+func (oc *orderCase) run(t *testing.T) (int, error, *run) {
+	t.Helper()
+	var seen *run
+	orig := oc.o.seams.openGate
+	oc.o.seams.openGate = func(r *run, ctx context.Context) (gater, error) { seen = r; return orig(r, ctx) }
+	code, err := Run(context.Background(), oc.o)
+	if seen == nil {
+		t.Fatalf("the session opened no gate: %v\n%s", err, oc.stderr)
+	}
+	if entries, lerr := live.Sessions(oc.o.Paths.RunningDir()); lerr != nil || len(entries) != 0 {
+		t.Errorf("still listed as running: %v %v", entries, lerr)
+	}
+	if !oc.p.closed {
+		t.Error("the connection to Podman was not closed")
+	}
+	return code, err, seen
+}
+
+// wantOrder checks the teardown's steps and the gate's events.
+func wantOrder(t *testing.T, r *run, ev *events, steps, gateEvents []string) {
+	t.Helper()
+	if !slices.Equal(r.steps, steps) {
+		t.Errorf("teardown steps %q, want %q", r.steps, steps)
+	}
+	if got := ev.all(); !slices.Equal(got, gateEvents) {
+		t.Errorf("gate events %q, want %q", got, gateEvents)
+	}
+}
+
+// The order a session without a watchdog ends in: the sandbox removed,
+// the audit complete (secrets still there), the secrets removed, then the
+// gate's container.
+var (
+	endSteps  = []string{"sandbox", "state", "network", "steering", "secrets", "gate", "podman"}
+	endEvents = []string{"gate opened", "gate ready", "audit complete; sandbox running: no; secrets: there", "gate removed; secrets: gone"}
+)
+
+func sandboxGone(t *testing.T, f *enginefake.Fake, id string) {
+	t.Helper()
+	if _, ok := f.Container(sandboxName(id)); ok {
+		t.Errorf("the sandbox container %s is left", sandboxName(id))
+	}
+}
+
+// TestSessionOrder: a session that goes right, in its order, and its
+// teardown: sandbox removed → audit complete → secrets removed → gate
+// removed.
+func TestSessionOrder(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	code, err, r := oc.run(t)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
+	}
+	wantOrder(t, r, oc.ev, endSteps, endEvents)
+	sandboxGone(t, oc.f, r.id)
+	// Podman's part: the sandbox created once the gate was, started, waited
+	// for, its status read, removed.
+	var calls []string
+	for _, l := range oc.f.Log() {
+		if strings.Contains(l, " sandbox ") && !strings.HasPrefix(l, "ContainerInspect") {
+			calls = append(calls, strings.Fields(l)[0])
+		}
+	}
+	want := []string{"ContainerCreate", "ContainerAttach", "ContainerStart", "ContainerWait", "ContainerCopyOut", "ContainerRemove"}
+	if !slices.Equal(calls, want) {
+		t.Errorf("the sandbox's calls %q, want %q", calls, want)
+	}
+}
+
+// TestSessionGateLostMidSession: the gate dies under the running agent:
+// the user hears at once, the session ends in error, and the teardown is
+// the same.
+func TestSessionGateLostMidSession(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	oc.g.lose = gate.ErrLost
+	code, err, r := oc.run(t)
+	if err == nil || !errors.Is(err, gate.ErrLost) || code != 0 {
+		t.Fatalf("exit %d, %v; want the lost gate's error with the command's status", code, err)
+	}
+	if !strings.Contains(oc.stderr.String(), "the sandbox can no longer reach the network") {
+		t.Errorf("the user was not told at once:\n%s", oc.stderr)
+	}
+	wantOrder(t, r, oc.ev, endSteps, endEvents)
+}
+
+// TestSessionPodmanLost: Podman dies while the sandbox runs: the session
+// says so, waits for it (the fake never comes back) and still ends in
+// order; what it could not remove is the next aisb's to sweep.
+func TestSessionPodmanLost(t *testing.T) {
+	oc := newOrderCase(t, false)
+	go func() {
+		for !slices.ContainsFunc(oc.f.Log(), func(s string) bool { return strings.HasPrefix(s, "ContainerStart sandbox") }) {
+			time.Sleep(time.Millisecond)
+		}
+		oc.f.LoseService()
+	}()
+	_, err, r := oc.run(t)
+	if err == nil || !strings.Contains(err.Error(), "lost the Podman service") {
+		t.Fatalf("got %v, want the lost service said\n%s", err, oc.stderr)
+	}
+	if !strings.Contains(oc.stderr.String(), "lost the Podman service at fake://") {
+		t.Errorf("the user was not told:\n%s", oc.stderr)
+	}
+	// Without Podman the sandbox cannot be removed (the next aisb's sweep
+	// does): the rest of the order holds.
+	wantOrder(t, r, oc.ev, endSteps, []string{"gate opened", "gate ready", "audit complete; sandbox running: yes; secrets: there", "gate removed; secrets: gone"})
+}
+
+// TestSessionSIGTERM: SIGTERM to aisb goes to the agent, whose exit ends
+// the session the normal way.
+func TestSessionSIGTERM(t *testing.T) {
+	oc := newOrderCase(t, false)
+	// The test's own hold on SIGTERM: the process never dies of it, even
+	// if it came before the sandbox's forwarding began.
+	held := make(chan os.Signal, 1)
+	signal.Notify(held, syscall.SIGTERM)
+	defer signal.Stop(held)
+	go func() {
+		for !slices.ContainsFunc(oc.f.Log(), func(s string) bool { return strings.HasPrefix(s, "ContainerStart sandbox") }) {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // the forwarding begins once the start returned
+		syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	}()
+	code, err, r := oc.run(t)
+	if err != nil || code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d, %v; want %d", code, err, 128+int(syscall.SIGTERM))
+	}
+	if !slices.ContainsFunc(oc.f.Log(), func(s string) bool { return strings.HasPrefix(s, "ContainerKill sandbox "+sandboxName(r.id)+" 15") }) {
+		t.Errorf("SIGTERM was not forwarded to the sandbox: %q", oc.f.Log())
+	}
+	wantOrder(t, r, oc.ev, endSteps, endEvents)
+}
+
+// TestSessionHandOver: with a watchdog, the gate (its audit's end, its
+// secrets, its removal) and the exited sandbox are handed over: aisb
+// removes neither, and the watchdog hears "finish".
+func TestSessionHandOver(t *testing.T) {
+	oc := newOrderCase(t, true)
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	oc.g.handOff = true
+	code, err, r := oc.run(t)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
+	}
+	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "network", "steering", "watchdog", "podman"},
+		[]string{"gate opened", "gate ready", "audit complete; sandbox running: no; secrets: there", "handed to the watchdog"})
+	if oc.g.secrets() != "there" {
+		t.Error("aisb removed the secrets of a gate it handed to the watchdog")
+	}
+	if _, ok := oc.f.Container(sandboxName(r.id)); !ok {
+		t.Error("aisb removed the exited sandbox it leaves to the watchdog")
+	}
+	var said []byte
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if said, _ = os.ReadFile(oc.watched); len(said) > 0 {
+			break
+		}
+	}
+	if string(said) != "finish\n" {
+		t.Errorf("the watchdog heard %q, want finish", said)
+	}
+}
+
+// TestSessionStatusUnread: the sandbox exits but its entrypoint's status
+// cannot be read: the exit status is the container's, the user hears that
+// the entrypoint left no account, and the session ends in order.
+func TestSessionStatusUnread(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.f.Fail(enginefake.ContainerCopyOut, enginefake.Kind("sandbox"), errors.New("no such file"))
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 3)
+	code, err, r := oc.run(t)
+	if err != nil || code != 3 {
+		t.Fatalf("exit %d, %v; want 3", code, err)
+	}
+	if !strings.Contains(oc.stderr.String(), "the sandbox's entrypoint left no account of itself") {
+		t.Errorf("the user was not told the status was unread:\n%s", oc.stderr)
+	}
+	wantOrder(t, r, oc.ev, endSteps, endEvents)
+}
