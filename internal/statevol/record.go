@@ -2,6 +2,7 @@ package statevol
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -9,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -104,6 +107,12 @@ const maxHashed = 64 << 20
 // hashSettings reads a tar of the volume and returns the SHA-256 of each
 // regular file that is a setting; a symlink is recorded by its target.
 func hashSettings(r io.Reader, st harness.State) (map[string]string, error) {
+	return hashSettingsUnder(r, st, "")
+}
+
+// hashSettingsUnder is hashSettings for a tar whose names are relative to
+// prefix (a directory of the volume).
+func hashSettingsUnder(r io.Reader, st harness.State, prefix string) (map[string]string, error) {
 	out := map[string]string{}
 	tr := tar.NewReader(r)
 	for {
@@ -115,6 +124,12 @@ func hashSettings(r io.Reader, st harness.State) (map[string]string, error) {
 			return nil, fmt.Errorf("read state volume: %w", err)
 		}
 		p := tarName(h.Name)
+		if prefix != "" && prefix != "." {
+			if p == "" || p == "." {
+				continue
+			}
+			p = prefix + "/" + p
+		}
 		if !IsSetting(st, p) {
 			continue
 		}
@@ -133,20 +148,104 @@ func hashSettings(r io.Reader, st harness.State) (map[string]string, error) {
 	}
 }
 
-// settingsNow hashes the settings files in the volume as they are now. It
-// copies the whole volume out in one request and reads only the settings'
-// content. Measured with Podman 5.4.2 on a 2-core host: an io container
-// costs ~25 ms, each archive request 35-100 ms (a copier process each), the
-// whole of a small volume ~140 ms and of 95 MB ~310 ms; copying pi's ten
-// settings paths one by one cost 370-530 ms whatever the size, so one
-// request wins until the sessions reach several hundred MB.
+// settingsNow hashes the settings files in the volume as they are now; what
+// it costs is bounded by the settings files, not by the volume. It copies
+// the whole volume out in one request and reads only the settings'
+// content, unless the volume holds more than wholeBudget: then it stops
+// that copy and asks for each settings path alone. Measured with Podman
+// 5.4.2 on a 2-core host: an io container costs ~25 ms, each archive
+// request 35-100 ms (a copier process each), the whole of a small volume
+// ~140 ms and of 95 MB ~310 ms; copying pi's ten settings paths one by one
+// cost 370-530 ms whatever the size. So a small volume goes whole, and a
+// large one (a sparse 20 GiB file made the whole copy take 165 s) costs
+// the budget's read and the paths' requests.
 func settingsNow(c engine.Engine, name, img string, st harness.State) (map[string]string, error) {
+	var out map[string]string
+	err := withVolume(c, name, img, func(ctr string) error {
+		var err error
+		out, err = hashCopy(c, ctr, ioMount+"/.", "", st, wholeBudget)
+		if !errors.Is(err, errOverBudget) {
+			return err
+		}
+		out = map[string]string{}
+		for _, p := range st.Settings {
+			req, prefix := ioMount+"/"+p, path.Dir(p)
+			if dir, ok := strings.CutSuffix(p, "/"); ok {
+				req, prefix = ioMount+"/"+dir+"/.", dir
+			}
+			got, err := hashCopy(c, ctr, req, prefix, st, 0)
+			if engine.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			maps.Copy(out, got)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("copy out of state volume %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// wholeBudget is how much of a volume settingsNow reads in one request
+// before it asks for the settings paths alone.
+const wholeBudget = 32 << 20
+
+// errOverBudget stops a copy that went past its budget.
+var errOverBudget = errors.New("the volume is larger than the budget for copying it whole")
+
+// hashCopy copies p out of the io container ctr and hashes the settings in
+// it (hashSettings), its entries' names taken as under prefix. With a
+// budget (> 0), it stops once more than that was read (errOverBudget);
+// either way it ends the copy as soon as the hashes are known, rather than
+// reading the rest.
+func hashCopy(c engine.Engine, ctr, p, prefix string, st harness.State, budget int64) (map[string]string, error) {
+	ctx, cancel := context.WithCancel(context.TODO())
+	defer cancel()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(copyOut(c, name, img, pw)) }()
-	after, err := hashSettings(pr, st)
-	io.Copy(io.Discard, pr)
+	copied := make(chan error, 1)
+	go func() {
+		err := c.ContainerCopyOut(ctx, ctr, p, pw)
+		pw.CloseWithError(err)
+		copied <- err
+	}()
+	r := &countingReader{r: pr, limit: budget}
+	got, err := hashSettingsUnder(r, st, prefix)
+	// The hashes are known (or the budget is spent): the rest of the copy
+	// is not read.
+	cancel()
 	pr.CloseWithError(io.ErrClosedPipe)
-	return after, err
+	cerr := <-copied
+	switch {
+	case r.over:
+		return nil, errOverBudget
+	case err != nil:
+		return nil, err
+	case cerr != nil && !errors.Is(cerr, io.ErrClosedPipe) && !errors.Is(cerr, context.Canceled):
+		return nil, cerr
+	}
+	return got, nil
+}
+
+// countingReader fails once more than limit (> 0) was read from r.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	limit int64
+	over  bool
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	if c.limit > 0 && c.n > c.limit {
+		c.over = true
+		return n, errOverBudget
+	}
+	return n, err
 }
 
 // diff lists the paths added, changed or removed between two manifests.
