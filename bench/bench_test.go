@@ -32,8 +32,6 @@ import (
 
 const runs = 7 // figures not said otherwise are a median of this many runs (or a multiple)
 
-var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
-
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -60,7 +58,7 @@ type user struct {
 func newUser(b *testing.B) *user {
 	b.Helper()
 	testhost.Require(b)
-	u := &user{bin: testhost.Binary(b, "cmd/aisb", podmanTags...), project: testhost.UserDir(b), config: testhost.UserDir(b), state: testhost.UserDir(b)}
+	u := &user{bin: testhost.Binary(b, "cmd/aisb"), project: testhost.UserDir(b), config: testhost.UserDir(b), state: testhost.UserDir(b)}
 	u.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(b, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(b, "cmd/aisb-gatehelper")}
 	os.MkdirAll(filepath.Join(u.config, "aisb"), 0o755)
 	os.WriteFile(filepath.Join(u.config, "aisb", "config.toml"), []byte("version = 1\n[network]\ndns = [\""+testhost.UpstreamAddr+"\"]\n"), 0o644)

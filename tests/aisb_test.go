@@ -19,8 +19,6 @@ import (
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
-var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
-
 // aisbUser runs the real aisb binary as the test user, in a project directory
 // of its own, with its own config and state directories.
 type aisbUser struct {
@@ -69,7 +67,7 @@ func newAisb(t *testing.T, base, configTOML string) *aisbUser {
 	t.Helper()
 	testhost.Require(t)
 	a := &aisbUser{
-		bin:     testhost.Binary(t, "cmd/aisb", podmanTags...),
+		bin:     testhost.Binary(t, "cmd/aisb"),
 		project: testhost.UserDir(t),
 		config:  testhost.UserDir(t),
 		state:   testhost.UserDir(t),

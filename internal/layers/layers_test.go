@@ -58,7 +58,7 @@ var forbidden = map[string][]string{
 
 func deps(t *testing.T, pkg string) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp", "-deps", "./"+pkg)
+	cmd := exec.Command("go", "list", "-tags", strings.Join(testhost.Tags(), " "), "-deps", "./"+pkg)
 	cmd.Dir = testhost.RepoPath(".")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
