@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,12 +22,18 @@ func sessionContainers(t *testing.T) []string {
 	return strings.Fields(r.Stdout)
 }
 
-// findProcess returns the pid of the process whose command line contains all of words.
+// findProcess returns the pid of the test user's process whose command line
+// contains all of words. Only the test user's: the other test user's tests
+// run beside these (tests/run.sh).
 func findProcess(words ...string) int {
+	uid := userUID()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join("/proc", e.Name())); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uid {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -43,6 +50,16 @@ func findProcess(words ...string) int {
 		}
 	}
 	return 0
+}
+
+// userUID is the test user's uid.
+func userUID() uint32 {
+	u, err := user.Lookup(testhost.User)
+	if err != nil {
+		return 0
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(uid)
 }
 
 // startKillable starts `aisb run -- sleep 600` and waits until its gate and
