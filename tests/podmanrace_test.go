@@ -121,15 +121,10 @@ func (p *ownPodman) service(t *testing.T, name string) string {
 			t.Logf("service %s said: %s", name, b)
 		}
 	})
-	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return "unix://" + sock
-		}
-		if i == 400 {
-			t.Fatalf("podman service socket %s did not appear", sock)
-		}
-		time.Sleep(25 * time.Millisecond)
+	if err := testhost.WaitFor(10*time.Second, func() error { _, err := os.Stat(sock); return err }); err != nil {
+		t.Fatalf("podman service socket did not appear: %v", err)
 	}
+	return "unix://" + sock
 }
 
 func (p *ownPodman) pausePID() int {

@@ -393,18 +393,13 @@ func startService(t testing.TB, env []string) (string, *exec.Cmd) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start podman service: %v", err)
 	}
-	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return "unix://" + sock, cmd
-		}
-		// A minute: with three tests side by side on 2 cores (builds
-		// among them), a service once took over 10 s to come up.
-		if i == 1200 {
-			cmd.Process.Kill()
-			t.Fatalf("podman service socket %s did not appear within a minute", sock)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A minute: with three tests side by side on 2 cores (builds among
+	// them), a service once took over 10 s to come up.
+	if err := WaitFor(time.Minute, func() error { _, err := os.Stat(sock); return err }); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("podman service socket did not appear: %v", err)
 	}
+	return "unix://" + sock, cmd
 }
 
 // UserDir is a temporary directory owned by the test user.
