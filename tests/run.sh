@@ -28,6 +28,10 @@ phase() {
 	phase_start=$now
 }
 
+# The tests that must be alone on one uid, as a -run pattern.
+alone=$(grep -v '^#' tests/alone | awk 'NF {printf "%s%s", sep, $1; sep="|"}')
+alone="^($alone)\$"
+
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU.
 bash tests/host/setup.sh >"$out/setup.log" 2>&1 &
@@ -37,7 +41,9 @@ build_ok=1
 	$GO build -o "$out/gotest" ./tests/gotest &&
 		$GO vet -tags "$TAGS" ./... &&
 		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -count=1 -run '^$' ./... >/dev/null &&
-		$GO build -tags "$TAGS" ./cmd/... ./tests/probe ./tests/racecreate ./bench/probe
+		$GO build -tags "$TAGS" ./cmd/... ./tests/probe ./tests/racecreate ./bench/probe &&
+		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -list "$alone" ./tests | grep '^Test' | sort >"$out/alone.found" &&
+		grep -v '^#' tests/alone | awk 'NF {print $1}' | sort | diff - "$out/alone.found"
 } >"$out/build.log" 2>&1 || build_ok=0
 phase "build and vet"
 setup_ok=1
@@ -45,7 +51,7 @@ wait "$setup" || setup_ok=0
 phase "host set-up (beside the build)"
 if [ "$build_ok" = 0 ]; then
 	cat "$out/build.log" >&2
-	echo "test: the build or vet failed" >&2
+	echo "test: the build or vet failed, or tests/alone names a test that does not exist" >&2
 	exit 1
 fi
 if [ "$setup_ok" = 0 ]; then
@@ -56,8 +62,6 @@ fi
 
 # 2. The three lanes at once.
 . tests/host/env.sh
-alone=$(grep -v '^#' tests/alone | awk 'NF {printf "%s%s", sep, $1; sep="|"}')
-alone="^($alone)\$"
 units=$($GO list ./... | grep -v '/tests$')
 export AISB_INTEGRATION=1
 lane() {

@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // User is the unprivileged test user this test process drives Podman as:
@@ -441,9 +443,18 @@ func AgentDir(t testing.TB) string {
 // ServeHTTP80 serves a marker page on addr:80 until the test ends. The
 // host's own loopback and its own address get a service this way, so a
 // refusal test has a control: a gate that failed would visibly reach it.
+// Tests of several packages and lanes serve it at once (tests/run.sh): each
+// listener shares the port (SO_REUSEPORT) and serves the same page.
 func ServeHTTP80(t testing.TB, addr string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "80"))
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(addr, "80"))
 	if err != nil {
 		t.Fatalf("listen on %s:80 for a control: %v", addr, err)
 	}
