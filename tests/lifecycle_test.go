@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -74,26 +76,33 @@ func startKillable(t *testing.T, a *aisbUser) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for i := 0; i < 600; i++ {
-		if len(sessionContainers(t)) == 2 {
-			if pid := findProcess(a.bin, " run "); pid != 0 {
-				return pid
-			}
+	var pid int
+	err := testhost.WaitFor(time.Minute, func() error {
+		if left := sessionContainers(t); len(left) != 2 {
+			return fmt.Errorf("the session has %d containers, not a gate and a sandbox: %v", len(left), left)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if pid = findProcess(a.bin, " run "); pid == 0 {
+			return errors.New("no aisb run process")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the session never had a gate and a sandbox: %v", err)
 	}
-	t.Fatalf("the session never had a gate and a sandbox: %v", sessionContainers(t))
-	return 0
+	return pid
 }
 
 func waitGone(t *testing.T, within time.Duration) bool {
 	t.Helper()
-	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		if len(sessionContainers(t)) == 0 {
-			return true
-		}
+	return testhost.WaitFor(within, func() error { return empty(sessionContainers(t)) }) == nil
+}
+
+// empty is WaitFor's condition that a listing is empty.
+func empty(left []string) error {
+	if len(left) > 0 {
+		return fmt.Errorf("left: %v", left)
 	}
-	return false
+	return nil
 }
 
 // TestKilledSessionLeavesNothing: after SIGKILL of aisb, its watchdog removes
