@@ -6,7 +6,8 @@
 #   shared  the tests of tests/ that may run in parallel, three at once, as
 #           the test user (tests/helpers_test.go says which may)
 #   alone   the tests of tests/ that must be alone on one uid (tests/alone),
-#           one at a time, as the second test user
+#           one at a time, as the second test user (those marked "last"
+#           after the others)
 # Under AISB_INTEGRATION=1 a test that cannot run fails instead of skipping.
 # Each phase says how long it took; the go test -json streams stay in
 # $AISB_TEST_OUT (default test-out/) for a closer look.
@@ -28,9 +29,11 @@ phase() {
 	phase_start=$now
 }
 
-# The tests that must be alone on one uid, as a -run pattern.
-alone=$(grep -v '^#' tests/alone | awk 'NF {printf "%s%s", sep, $1; sep="|"}')
-alone="^($alone)\$"
+# The tests that must be alone on one uid, as -run patterns: all of them,
+# and those to run after the others.
+pattern() { awk -v want="$1" 'NF && $1 !~ /^#/ && (want == "" || $2 == want) {printf "%s%s", sep, $1; sep="|"}' tests/alone; }
+alone="^($(pattern ""))\$"
+last="^($(pattern last))\$"
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU.
@@ -43,7 +46,7 @@ build_ok=1
 		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -count=1 -run '^$' ./... >/dev/null &&
 		$GO build -tags "$TAGS" ./cmd/... ./tests/probe ./tests/racecreate ./bench/probe &&
 		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -list "$alone" ./tests | grep '^Test' | sort >"$out/alone.found" &&
-		grep -v '^#' tests/alone | awk 'NF {print $1}' | sort | diff - "$out/alone.found"
+		pattern "" | tr '|' '\n' | sort | diff - "$out/alone.found"
 } >"$out/build.log" 2>&1 || build_ok=0
 phase "build and vet"
 setup_ok=1
@@ -81,7 +84,13 @@ lane units "${gotest[@]}" -p 1 $units &
 units_pid=$!
 lane shared "${gotest[@]}" -parallel 3 -skip "$alone" ./tests &
 shared_pid=$!
-AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${gotest[@]}" -run "$alone" ./tests &
+alone_lane() {
+	local rc=0
+	lane alone "${gotest[@]}" -run "$alone" -skip "$last" ./tests || rc=1
+	lane alone-last "${gotest[@]}" -run "$last" ./tests || rc=1
+	return "$rc"
+}
+AISB_TEST_USER=$AISB_TEST_USER2 alone_lane &
 alone_pid=$!
 rc=0
 wait "$units_pid" || rc=1
@@ -90,5 +99,5 @@ wait "$alone_pid" || rc=1
 phase "tests"
 
 # 3. What failed or skipped, and the counts, last.
-"$out/gotest" summary "$out/units.json" "$out/shared.json" "$out/alone.json" || rc=1
+"$out/gotest" summary "$out"/*.json || rc=1
 exit "$rc"
