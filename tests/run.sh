@@ -78,16 +78,16 @@ lane() {
 	printf 'test: lane %s ended (go test exit %d) after %d s\n' "$name" "$rc" $(($(date +%s) - phase_start))
 	return "$rc"
 }
-gotest=($GO test -tags "$TAGS" -count=1 -json -timeout 30m)
+go_test=($GO test -tags "$TAGS" -count=1 -json -timeout 30m)
 # shellcheck disable=SC2086 # $units is a list of packages
-lane units "${gotest[@]}" -p 1 $units &
+lane units "${go_test[@]}" -p 1 $units &
 units_pid=$!
-lane shared "${gotest[@]}" -parallel 3 -skip "$alone" ./tests &
+lane shared "${go_test[@]}" -parallel 3 -skip "$alone" ./tests &
 shared_pid=$!
 alone_lane() {
 	local rc=0
-	lane alone "${gotest[@]}" -run "$alone" -skip "$last" ./tests || rc=1
-	lane alone-last "${gotest[@]}" -run "$last" ./tests || rc=1
+	lane alone "${go_test[@]}" -run "$alone" -skip "$last" ./tests || rc=1
+	lane alone-last "${go_test[@]}" -run "$last" ./tests || rc=1
 	return "$rc"
 }
 AISB_TEST_USER=$AISB_TEST_USER2 alone_lane &
