@@ -30,8 +30,6 @@ import (
 
 const runs = 7 // figures not said otherwise are a median of this many runs (or a multiple)
 
-var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
-
 func median(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
@@ -50,19 +48,17 @@ func timeIt(b *testing.B, f func() error) time.Duration {
 	return time.Since(start)
 }
 
+// user is one user of aisb (testhost.Aisb, as the tests run it) with the
+// offline base image and the test upstream's resolver.
 type user struct {
-	bin, project, config, state string
-	helpers                     []string // AISB_ENTRYPOINT=…, AISB_GATEHELPER=…: each binary is built in a directory of its own
+	testhost.Aisb
+	b *testing.B // whose directories the invocations' files go in
 }
 
 func newUser(b *testing.B) *user {
 	b.Helper()
-	testhost.Require(b)
-	u := &user{bin: testhost.Binary(b, "cmd/aisb", podmanTags...), project: testhost.UserDir(b), config: testhost.UserDir(b), state: testhost.UserDir(b)}
-	u.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(b, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(b, "cmd/aisb-gatehelper")}
-	os.MkdirAll(filepath.Join(u.config, "aisb"), 0o755)
-	os.WriteFile(filepath.Join(u.config, "aisb", "config.toml"), []byte("version = 1\n[network]\ndns = [\""+testhost.UpstreamAddr+"\"]\n"), 0o644)
-	exec.Command("chown", "-R", testhost.User+":", u.config).Run()
+	u := &user{Aisb: testhost.NewAisb(b, testhost.BaseImage), b: b}
+	testhost.WriteUserFile(b, filepath.Join(u.Config, "aisb", "config.toml"), "version = 1\n[network]\ndns = [\""+testhost.UpstreamAddr+"\"]\n")
 	return u
 }
 
@@ -81,15 +77,10 @@ func (u *user) output(serviceURI string, args ...string) (stdout, stderr string,
 
 // outputEnv is output with more variables in aisb's environment.
 func (u *user) outputEnv(serviceURI string, more []string, args ...string) (stdout, stderr string, err error) {
+	u.b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	env := append([]string{"env", "XDG_CONFIG_HOME=" + u.config, "XDG_STATE_HOME=" + u.state, "AISB_BASE_IMAGE=" + testhost.BaseImage, "AISB_TRACE=1"}, u.helpers...)
-	if serviceURI != "" {
-		env = append(env, "CONTAINER_HOST="+serviceURI)
-	}
-	env = append(env, more...)
-	cmd := testhost.UserCommand(ctx, append(append(env, u.bin), args...)...)
-	cmd.Dir = u.project
+	cmd := u.Command(u.b, ctx, serviceURI, append([]string{"AISB_TRACE=1"}, more...), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -40,7 +40,7 @@ func newNetUser(b *testing.B) *netUser {
 		data []byte
 		mode os.FileMode
 	}{"probe": {probe, 0o755}, "ca.pem": {ca, 0o644}} {
-		if err := os.WriteFile(filepath.Join(u.project, name), f.data, f.mode); err != nil {
+		if err := os.WriteFile(filepath.Join(u.Project, name), f.data, f.mode); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -179,7 +179,7 @@ func srt(b *testing.B, u *user) (func() (string, error), string) {
 	if _, err := os.Stat(srtBin); err != nil {
 		return nil, fmt.Sprintf("srt %s is not installed at %s (bench/setup.sh installs it)", srtVersion, srtBin)
 	}
-	settings := filepath.Join(u.project, "srt-settings.json")
+	settings := filepath.Join(u.Project, "srt-settings.json")
 	if err := os.WriteFile(settings, []byte(`{"network":{"allowedDomains":["allowed.test"],"deniedDomains":[]},"filesystem":{"denyRead":[],"allowWrite":["."],"denyWrite":[]}}`), 0o644); err != nil {
 		b.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func srt(b *testing.B, u *user) (func() (string, error), string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := testhost.UserCommand(ctx, argv...)
-		cmd.Dir = u.project
+		cmd.Dir = u.Project
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return string(out), fmt.Errorf("%v: %v: %s", argv, err, firstLine(string(out)))

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,8 +17,6 @@ import (
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
-
-var podmanTags = []string{"remote", "exclude_graphdriver_btrfs", "containers_image_openpgp"}
 
 // aisbUser runs the real aisb binary as the test user, in a project directory
 // of its own, with its own config and state directories.
@@ -67,16 +64,9 @@ func (a *aisbUser) settle(t *testing.T) {
 
 func newAisb(t *testing.T, base, configTOML string) *aisbUser {
 	t.Helper()
-	testhost.Require(t)
-	a := &aisbUser{
-		bin:     testhost.Binary(t, "cmd/aisb", podmanTags...),
-		project: testhost.UserDir(t),
-		config:  testhost.UserDir(t),
-		state:   testhost.UserDir(t),
-		base:    base,
-		svc:     &services{uri: map[*testing.T]string{}},
-	}
-	a.helpers = []string{"AISB_ENTRYPOINT=" + testhost.Binary(t, "cmd/aisb-entrypoint"), "AISB_GATEHELPER=" + testhost.Binary(t, "cmd/aisb-gatehelper")}
+	h := testhost.NewAisb(t, base)
+	a := &aisbUser{bin: h.Bin, project: h.Project, config: h.Config, state: h.State, base: h.Base, helpers: h.Helpers,
+		svc: &services{uri: map[*testing.T]string{}}}
 	t.Cleanup(func() { removeStateVolumes(t, a.project) })
 	if configTOML != "" {
 		writeUserFile(t, filepath.Join(a.config, "aisb", "config.toml"), configTOML)
@@ -87,31 +77,29 @@ func newAisb(t *testing.T, base, configTOML string) *aisbUser {
 // writeUserFile writes a file (and its directory) owned by the test user.
 func writeUserFile(t *testing.T, path, content string) {
 	t.Helper()
-	u, _ := user.Lookup(testhost.User)
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
+	testhost.WriteUserFile(t, path, content)
+}
+
+// harness is a as testhost runs aisb (tests and benchmarks share it); a's
+// fields are its own, as tests change them.
+func (a *aisbUser) harness() testhost.Aisb {
+	return testhost.Aisb{Bin: a.bin, Project: a.project, Config: a.config, State: a.state, Base: a.base, Helpers: a.helpers}
+}
+
+// containerHost is the CONTAINER_HOST a's invocations in t use: a.host, the test's
+// own service, or none (a.private: aisb starts its own).
+func (a *aisbUser) containerHost(t *testing.T) string {
+	switch {
+	case a.host != "":
+		return a.host
+	case !a.private:
+		return a.service(t)
 	}
-	os.Chown(filepath.Dir(path), uid, gid)
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	os.Chown(path, uid, gid)
+	return ""
 }
 
 func (a *aisbUser) command(t *testing.T, ctx context.Context, args ...string) []string {
-	env := append([]string{"XDG_CONFIG_HOME=" + a.config, "XDG_STATE_HOME=" + a.state}, a.helpers...)
-	if a.base != "" {
-		env = append(env, "AISB_BASE_IMAGE="+a.base)
-	}
-	switch {
-	case a.host != "":
-		env = append(env, "CONTAINER_HOST="+a.host)
-	case !a.private:
-		env = append(env, "CONTAINER_HOST="+a.service(t))
-	}
-	return append(append(append([]string{"env"}, env...), a.bin), args...)
+	return a.harness().Argv(a.containerHost(t), args...)
 }
 
 // run runs aisb with args in the project directory and waits for it.
@@ -126,20 +114,7 @@ func (a *aisbUser) runEnv(t *testing.T, env []string, args ...string) testhost.R
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	argv := a.command(t, ctx, args...)
-	if len(env) > 0 {
-		file := filepath.Join(testhost.UserDir(t), "env")
-		var b strings.Builder
-		for _, e := range env {
-			k, v, _ := strings.Cut(e, "=")
-			fmt.Fprintf(&b, "export %s='%s'\n", k, v)
-		}
-		writeUserFile(t, file, b.String())
-		argv = append([]string{"sh", "-c", ". " + file + " && exec \"$@\"", "sh"}, argv...)
-	}
-	cmd := testhost.UserCommand(ctx, argv...)
-	cmd.Dir = a.project
-	return testhost.Run(t, cmd)
+	return testhost.Run(t, a.harness().Command(t, ctx, a.containerHost(t), env, args...))
 }
 
 // containers are the names of the containers of a's sessions, those

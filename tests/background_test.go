@@ -93,15 +93,18 @@ func (r *running) wait(t *testing.T, within time.Duration) testhost.Result {
 	return testhost.Result{Stdout: r.stdout.String(), Stderr: r.stderr.String(), Code: r.code}
 }
 
-// waitFor polls cond until it holds or within passes.
+// waitFor polls cond until it holds or within passes (testhost.WaitFor,
+// for a condition with nothing to say but whether it holds).
 func waitFor(within time.Duration, cond func() bool) bool {
-	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	return testhost.WaitFor(within, func() error {
 		if cond() {
-			return true
+			return nil
 		}
-	}
-	return cond()
+		return errNotYet
+	}) == nil
 }
+
+var errNotYet = errors.New("not yet")
 
 // stderrSays reports whether aisb's stderr holds all of words.
 func (r *running) stderrSays(words ...string) bool {

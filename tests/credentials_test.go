@@ -324,9 +324,10 @@ type gateFileCheck struct {
 // sandbox to search for.
 func checkGateFiles(a *aisbUser) gateFileCheck {
 	var keys []string
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && len(keys) == 0; time.Sleep(100 * time.Millisecond) {
+	testhost.WaitFor(2*time.Minute, func() error {
 		keys, _ = filepath.Glob(filepath.Join(a.state, "*", "sessions", "*", "gate", "tls", "ca.key"))
-	}
+		return nonEmpty(keys)
+	})
 	if len(keys) != 1 {
 		return gateFileCheck{err: fmt.Errorf("found %d session CA keys", len(keys))}
 	}
@@ -363,9 +364,10 @@ func checkGateFiles(a *aisbUser) gateFileCheck {
 	// squid's certificate store once a bump has made a certificate and its
 	// key there (the script's "key" case): what squid's helper writes.
 	var generated []string
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(generated) == 0; time.Sleep(50 * time.Millisecond) {
+	testhost.WaitFor(time.Minute, func() error {
 		generated, _ = filepath.Glob(filepath.Join(tlsDir, "certs", "certs", "*"))
-	}
+		return nonEmpty(generated)
+	})
 	if len(generated) == 0 {
 		return gateFileCheck{err: fmt.Errorf("no certificate was generated in %s", filepath.Join(tlsDir, "certs"))}
 	}
@@ -424,12 +426,22 @@ func checkSSE(t *testing.T, out string) {
 // for a running sandbox of a's sessions and returns `podman inspect` of it,
 // as text. Only a's: other tests' sandboxes may be running.
 func inspectSandboxes(t *testing.T, a *aisbUser) string {
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		if names := a.containers(t, "label="+engine.LabelKind+"=sandbox", "status=running"); len(names) > 0 {
-			return testhost.Podman(t, append([]string{"inspect"}, names...)...).Stdout
-		}
+	var names []string
+	if testhost.WaitFor(2*time.Minute, func() error {
+		names = a.containers(t, "label="+engine.LabelKind+"=sandbox", "status=running")
+		return nonEmpty(names)
+	}) != nil {
+		return "no sandbox was running to inspect"
 	}
-	return "no sandbox was running to inspect"
+	return testhost.Podman(t, append([]string{"inspect"}, names...)...).Stdout
+}
+
+// nonEmpty is WaitFor's condition that a glob or listing found something.
+func nonEmpty(found []string) error {
+	if len(found) == 0 {
+		return errNotYet
+	}
+	return nil
 }
 
 // TestCredentialsStayOutOfProjects: a project's .aisb.toml, trusted or not,

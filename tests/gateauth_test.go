@@ -126,8 +126,8 @@ code https://api.allowed.test/sandbox-after-`+stamp+` >/project/after
 			{front, "https://api.allowed.test/outsider-front-" + stamp, nil},
 			{front, "http://allowed.test/outsider-plain-" + stamp, nil},
 			{tlsPort, "https://api.allowed.test/outsider-tls-" + stamp, nil},
-			{tlsPort, "https://unlisted.test/outsider-tls-unlisted-" + stamp, nil},
-			{tlsPort, "https://unlisted.test/outsider-bound-" + stamp, []string{"--interface", "127.0.0.3"}},
+			{tlsPort, "https://unnamed.test/outsider-tls-unlisted-" + stamp, nil},
+			{tlsPort, "https://unnamed.test/outsider-bound-" + stamp, []string{"--interface", "127.0.0.3"}},
 			{tlsPort, "http://allowed.test/outsider-tls-plain-" + stamp, nil},
 		} {
 			tried++
@@ -207,12 +207,12 @@ def tunnel():
 stamp = sys.argv[1]
 cases = [
     ('control', 'GET /bump-control-%s HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: close\r\n\r\n'),
-    ('connect', 'CONNECT unlisted.test:443 HTTP/1.1\r\nHost: unlisted.test:443\r\n\r\n'),
+    ('connect', 'CONNECT unnamed.test:443 HTTP/1.1\r\nHost: unnamed.test:443\r\n\r\n'),
     ('trace', 'TRACE /bump-trace-%s HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: close\r\n\r\n'),
     ('track', 'TRACK /bump-track-%s HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: close\r\n\r\n'),
     ('otherhost', 'GET /bump-otherhost-%s HTTP/1.1\r\nHost: allowed.test\r\nConnection: close\r\n\r\n'),
     ('othercred', 'GET /bump-othercred-%s HTTP/1.1\r\nHost: www.allowed.test\r\nConnection: close\r\n\r\n'),
-    ('absolute', 'GET https://unlisted.test/bump-absolute-%s HTTP/1.1\r\nHost: unlisted.test\r\nConnection: close\r\n\r\n'),
+    ('absolute', 'GET https://unnamed.test/bump-absolute-%s HTTP/1.1\r\nHost: unnamed.test\r\nConnection: close\r\n\r\n'),
 ]
 for name, req in cases:
     try:
@@ -269,7 +269,7 @@ func TestBumpedTunnelRefusesOtherRequests(t *testing.T) {
 	rules := map[string]int{}
 	for _, e := range a.events(t) {
 		rules[e.Rule]++
-		if e.Event == "network_allowed" && e.Method == "CONNECT" && e.Host == "unlisted.test" {
+		if e.Event == "network_allowed" && e.Method == "CONNECT" && e.Host == "unnamed.test" {
 			t.Errorf("the audit admits the CONNECT sent inside the bumped tunnel: %+v", e)
 		}
 	}

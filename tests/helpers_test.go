@@ -79,8 +79,11 @@ func plainRun(t *testing.T, h helper, probe string, args ...string) testhost.Res
 // upstream's SSH key, counts on a limit that all of the test user's
 // processes share (nproc), depends on a timing that load can stretch (a
 // key typed into a terminal, a kill at a chosen moment, a deadline of a
-// second or less), or is itself a stress test. `make test` runs three at
-// once (-parallel 3): about three times the throughput on a 2-core host.
+// second or less), or is itself a stress test; such a test is named in
+// tests/alone, and `make test` (tests/run.sh) runs those one at a time as
+// the second test user, beside the parallel ones, three at once
+// (-parallel 3), as the first. A stress test of Podman rather than of
+// aisb goes to `make stress` (the stress build tag) instead.
 func parallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()

@@ -2,7 +2,10 @@ package tests
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,12 +24,18 @@ func sessionContainers(t *testing.T) []string {
 	return strings.Fields(r.Stdout)
 }
 
-// findProcess returns the pid of the process whose command line contains all of words.
+// findProcess returns the pid of the test user's process whose command line
+// contains all of words. Only the test user's: the other test user's tests
+// run beside these (tests/run.sh).
 func findProcess(words ...string) int {
+	uid := userUID()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join("/proc", e.Name())); err != nil || fi.Sys().(*syscall.Stat_t).Uid != uid {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -45,6 +54,16 @@ func findProcess(words ...string) int {
 	return 0
 }
 
+// userUID is the test user's uid.
+func userUID() uint32 {
+	u, err := user.Lookup(testhost.User)
+	if err != nil {
+		return 0
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(uid)
+}
+
 // startKillable starts `aisb run -- sleep 600` and waits until its gate and
 // sandbox both exist; it returns the aisb process id.
 func startKillable(t *testing.T, a *aisbUser) int {
@@ -57,26 +76,33 @@ func startKillable(t *testing.T, a *aisbUser) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for i := 0; i < 600; i++ {
-		if len(sessionContainers(t)) == 2 {
-			if pid := findProcess(a.bin, " run "); pid != 0 {
-				return pid
-			}
+	var pid int
+	err := testhost.WaitFor(time.Minute, func() error {
+		if left := sessionContainers(t); len(left) != 2 {
+			return fmt.Errorf("the session has %d containers, not a gate and a sandbox: %v", len(left), left)
 		}
-		time.Sleep(100 * time.Millisecond)
+		if pid = findProcess(a.bin, " run "); pid == 0 {
+			return errors.New("no aisb run process")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the session never had a gate and a sandbox: %v", err)
 	}
-	t.Fatalf("the session never had a gate and a sandbox: %v", sessionContainers(t))
-	return 0
+	return pid
 }
 
 func waitGone(t *testing.T, within time.Duration) bool {
 	t.Helper()
-	for end := time.Now().Add(within); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		if len(sessionContainers(t)) == 0 {
-			return true
-		}
+	return testhost.WaitFor(within, func() error { return empty(sessionContainers(t)) }) == nil
+}
+
+// empty is WaitFor's condition that a listing is empty.
+func empty(left []string) error {
+	if len(left) > 0 {
+		return fmt.Errorf("left: %v", left)
 	}
-	return false
+	return nil
 }
 
 // TestKilledSessionLeavesNothing: after SIGKILL of aisb, its watchdog removes

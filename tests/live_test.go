@@ -205,36 +205,36 @@ func TestLiveAllowDeny(t *testing.T) {
 	if code, _, out := s.do(viaGate("http://allowed.test/")); code != 0 {
 		t.Fatalf("control: a listed name through the gate: %s", out)
 	}
-	if code, _, out := s.do(viaGate("http://other.test/")); code == 0 || !strings.Contains(out, "403") {
-		t.Fatalf("before aisb allow: other.test: %d %s", code, out)
+	if code, _, out := s.do(viaGate("http://another.test/")); code == 0 || !strings.Contains(out, "403") {
+		t.Fatalf("before aisb allow: another.test: %d %s", code, out)
 	}
-	r := a.run(t, "allow", "--session", s.id, "--save", "other.test")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "allowed other.test in session "+s.id) {
+	r := a.run(t, "allow", "--session", s.id, "--save", "another.test")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "allowed another.test in session "+s.id) {
 		t.Fatalf("aisb allow: %s", r)
 	}
-	if code, _, out := s.do(viaGate("http://other.test/")); code != 0 {
-		t.Errorf("after aisb allow: other.test refused: %s", out)
+	if code, _, out := s.do(viaGate("http://another.test/")); code != 0 {
+		t.Errorf("after aisb allow: another.test refused: %s", out)
 	}
-	if code, _, out := s.do(viaGate("https://other.test/")); code != 0 {
-		t.Errorf("after aisb allow: a tunnel to other.test refused: %s", out)
+	if code, _, out := s.do(viaGate("https://another.test/")); code != 0 {
+		t.Errorf("after aisb allow: a tunnel to another.test refused: %s", out)
 	}
 	ps := a.ps(t)
-	if len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test,other.test" || ps[0].Mode != "allow" || ps[0].GatePort == 0 || ps[0].Project != a.project {
+	if len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test,another.test" || ps[0].Mode != "allow" || ps[0].GatePort == 0 || ps[0].Project != a.project {
 		t.Errorf("aisb ps: %+v", ps)
 	}
-	if r := a.run(t, "ps"); r.Code != 0 || !strings.Contains(r.Stdout, s.id+"  allow ") || !strings.Contains(r.Stdout, "allowed.test,other.test") || !strings.Contains(r.Stdout, a.project) {
+	if r := a.run(t, "ps"); r.Code != 0 || !strings.Contains(r.Stdout, s.id+"  allow ") || !strings.Contains(r.Stdout, "allowed.test,another.test") || !strings.Contains(r.Stdout, a.project) {
 		t.Errorf("aisb ps: %s", r)
 	}
 	saved, _ := os.ReadFile(filepath.Join(a.config, "aisb", "config.toml"))
-	if !strings.Contains(string(saved), `dns = ["`+testhost.UpstreamAddr+`"]`) || !strings.Contains(string(saved), `allowed_hosts = ["other.test"]`) {
+	if !strings.Contains(string(saved), `dns = ["`+testhost.UpstreamAddr+`"]`) || !strings.Contains(string(saved), `allowed_hosts = ["another.test"]`) {
 		t.Errorf("--save: the user's config is now:\n%s", saved)
 	}
 
-	if r := a.run(t, "deny", "other.test"); r.Code != 0 { // the only session: no --session needed
+	if r := a.run(t, "deny", "another.test"); r.Code != 0 { // the only session: no --session needed
 		t.Fatalf("aisb deny: %s", r)
 	}
-	if code, _, out := s.do(viaGate("http://other.test/")); code == 0 {
-		t.Errorf("after aisb deny: other.test admitted: %s", out)
+	if code, _, out := s.do(viaGate("http://another.test/")); code == 0 {
+		t.Errorf("after aisb deny: another.test admitted: %s", out)
 	}
 	if r := a.run(t, "deny", "allowed.test"); r.Code == 0 || !strings.Contains(r.Stderr, "listed since the session started") {
 		t.Errorf("deny of a start entry: %s", r)
@@ -273,7 +273,7 @@ func TestLiveAllowDeny(t *testing.T) {
 		t.Errorf("%s reached after aisb allow was refused: %s", private, out)
 	}
 	human := a.run(t, "audit", "--session", s.id)
-	if !strings.Contains(human.Stdout, "POLICY   allow other.test  by uid ") || !strings.Contains(human.Stdout, "(aisb deny)") {
+	if !strings.Contains(human.Stdout, "POLICY   allow another.test  by uid ") || !strings.Contains(human.Stdout, "(aisb deny)") {
 		t.Errorf("aisb audit does not show the changes and who made them:\n%s", human.Stdout)
 	}
 	if err := s.end(); err != nil {
@@ -292,15 +292,15 @@ func TestLiveAllowDeny(t *testing.T) {
 				t.Errorf("policy_change without who: %+v", e)
 			}
 			changes = append(changes, e.Action+" "+e.Host)
-		case e.Host == "other.test" || e.Host == "private.test" || e.Host == up || e.Host == private:
+		case e.Host == "another.test" || e.Host == "private.test" || e.Host == up || e.Host == private:
 			requests = append(requests, e.Rule+" "+e.Host)
 		}
 	}
 	// Two sequences: the gate's lines reach the audit up to 100 ms later.
-	if got, want := strings.Join(changes, ","), "allow other.test,deny other.test,allow "+up+",allow private.test"; got != want {
+	if got, want := strings.Join(changes, ","), "allow another.test,deny another.test,allow "+up+",allow private.test"; got != want {
 		t.Errorf("audit policy changes:\n got %s\nwant %s", got, want)
 	}
-	if got, want := strings.Join(requests, ","), "not_listed other.test,allowed other.test,allowed other.test,not_listed other.test,ip_literal "+up+",allowed "+up+",internal private.test,ip_literal "+private; got != want {
+	if got, want := strings.Join(requests, ","), "not_listed another.test,allowed another.test,allowed another.test,not_listed another.test,ip_literal "+up+",allowed "+up+",internal private.test,ip_literal "+private; got != want {
 		t.Errorf("audit requests:\n got %s\nwant %s", got, want)
 	}
 }
@@ -399,7 +399,7 @@ func TestLiveAsk(t *testing.T) {
 		t.Fatalf("aisb ps: %+v", ps)
 	}
 	// Nobody watching: refused at once, not after the timeout.
-	if code, ms, out := s.do(viaGate("http://other.test/")); code == 0 || ms > 1500 {
+	if code, ms, out := s.do(viaGate("http://another.test/")); code == 0 || ms > 1500 {
 		t.Errorf("no watcher: code %d after %d ms: %s", code, ms, out)
 	}
 
@@ -424,20 +424,20 @@ func TestLiveAsk(t *testing.T) {
 		}
 		return <-res
 	}
-	if r := ask("http://other.test/", "o"); r.code != 0 {
+	if r := ask("http://another.test/", "o"); r.code != 0 {
 		t.Errorf("allowed once: %+v", r)
 	}
-	if r := ask("http://other.test/", ""); r.code == 0 || r.ms < 1900 {
+	if r := ask("http://another.test/", ""); r.code == 0 || r.ms < 1900 {
 		t.Errorf("unanswered: %+v", r)
 	}
-	if r := ask("http://other.test/", "d"); r.code == 0 {
+	if r := ask("http://another.test/", "d"); r.code == 0 {
 		t.Errorf("denied: %+v", r)
 	}
-	if r := ask("http://unlisted.test/", "s"); r.code != 0 {
+	if r := ask("http://unnamed.test/", "s"); r.code != 0 {
 		t.Errorf("allowed for the session: %+v", r)
 	}
 	// Neither the name allowed for the session nor a listed one is asked about.
-	for _, url := range []string{"http://unlisted.test/", "http://allowed.test/"} {
+	for _, url := range []string{"http://unnamed.test/", "http://allowed.test/"} {
 		if code, _, out := s.do(viaGate(url)); code != 0 {
 			t.Errorf("%s: %s", url, out)
 		}
@@ -472,12 +472,12 @@ echo "listed=$c ms=$((t1-t0))"; wait $bg; echo "waiting=$?"`)
 			asks = append(asks, e.Event+":"+e.Action+":"+e.Host)
 		}
 	}
-	want := "ask:no_watcher:other.test,ask:once:other.test,ask:timeout:other.test,ask:deny:other.test,ask:session:unlisted.test,policy_change:allow:unlisted.test,ask:timeout:waiting.test"
+	want := "ask:no_watcher:another.test,ask:once:another.test,ask:timeout:another.test,ask:deny:another.test,ask:session:unnamed.test,policy_change:allow:unnamed.test,ask:timeout:waiting.test"
 	if got := strings.Join(asks, ","); got != want {
 		t.Errorf("audit:\n got %s\nwant %s", got, want)
 	}
 	// The agent's terminal is never written to by asking.
-	for _, name := range []string{"other.test", "unlisted.test", "waiting.test"} {
+	for _, name := range []string{"another.test", "unnamed.test", "waiting.test"} {
 		if strings.Contains(s.stderr.String(), name) {
 			t.Errorf("aisb run's stderr (the agent's terminal) mentions %s: %s", name, s.stderr)
 		}
@@ -499,21 +499,21 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 	control := filepath.Join(regDir, s.id+".sock")
 	helper := filepath.Join(a.state, "aisb", "sessions", s.id, "ask", "helper.sock")
 	answer := `{"op":"answer","prompt":1,"answer":"session"}`
-	allow := `{"op":"allow","host":"other.test"}`
+	allow := `{"op":"allow","host":"another.test"}`
 	attack := strings.Join([]string{
 		// The request that waits for an answer.
-		`probe http-proxy "$HTTP_PROXY" http://other.test/ >/dev/null 2>&1 & bg=$!`,
+		`probe http-proxy "$HTTP_PROXY" http://another.test/ >/dev/null 2>&1 & bg=$!`,
 		`sleep 0.5`,
 		`gate=${HTTP_PROXY#http://}; ghost=${gate%:*}; gport=${gate#*:}`,
 		// The project directory: a project file that would allow it.
-		`printf 'version = 1\n[network]\nask = false\nallowed_hosts = ["other.test"]\n' > /project/.aisb.toml; echo "A project=$?"`,
+		`printf 'version = 1\n[network]\nask = false\nallowed_hosts = ["another.test"]\n' > /project/.aisb.toml; echo "A project=$?"`,
 		// The host paths where the session reads decisions.
 		`mkdir -p ` + regDir + ` && printf '%s\n' '` + answer + `' > ` + control + `; echo "A control=$?"`,
 		`printf '%s\n' '` + allow + `' > ` + helper + ` 2>/dev/null; echo "A helper=$?"`,
 		// Impersonating aisb watch (and a second client of the helper's
 		// socket) at the paths where the sockets are on the host.
 		`curl -s -o /dev/null --max-time 3 --unix-socket ` + control + ` -d '{"op":"watch"}' http://x/; echo "A watch=rc$?"`,
-		`curl -s -o /dev/null --max-time 3 --unix-socket ` + helper + ` -d 'other.test' http://x/; echo "A helpersock=rc$?"`,
+		`curl -s -o /dev/null --max-time 3 --unix-socket ` + helper + ` -d 'another.test' http://x/; echo "A helpersock=rc$?"`,
 		`echo "A sockets=$(find / -xdev -type s 2>/dev/null | tr '\n' ' ')"`,
 		`echo "A env=$(env | grep -c -e AISB -e '\.sock' -e XDG_)"`,
 		// Crafted requests to the gate.
@@ -521,7 +521,7 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 		`echo "A origin=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "http://$gate/aisb/answer?prompt=1&answer=session")"`,
 		`echo "A connect=$(curl -s -o /dev/null -w '%{http_connect}' --max-time 5 -p -x "$HTTP_PROXY" https://control.sock/)"`,
 		`echo "A rawconnect=$(bash -c 'exec 3<>/dev/tcp/'$ghost'/'$gport'; printf "CONNECT ` + control + ` HTTP/1.1\r\nHost: x\r\n\r\n%s\n" '"'"'` + answer + `'"'"' >&3; head -c 12 <&3')"`,
-		`echo "A newline=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://other.test%0aOK/')"`,
+		`echo "A newline=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://another.test%0aOK/')"`,
 		`echo "A ok=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -x "$HTTP_PROXY" 'http://OK/')"`,
 		`wait $bg; echo "ASKED=$?"`,
 	}, "\n")
@@ -556,7 +556,7 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 			resolved = append(resolved, fmt.Sprint(m["host"], ":", m["answer"]))
 		}
 	}
-	if !strings.Contains(strings.Join(resolved, ","), "other.test:timeout") {
+	if !strings.Contains(strings.Join(resolved, ","), "another.test:timeout") {
 		t.Errorf("questions resolved: %v", resolved)
 	}
 	if ps := a.ps(t); len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test" {
@@ -565,8 +565,8 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 	if fi, err := os.Lstat(control); err != nil || fi.Mode().Type() != os.ModeSocket {
 		t.Errorf("the control socket on the host: %v %v", fi, err)
 	}
-	if code, _, _ := s.do(viaGate("http://other.test/")); code == 0 {
-		t.Error("other.test admitted after the attack")
+	if code, _, _ := s.do(viaGate("http://another.test/")); code == 0 {
+		t.Error("another.test admitted after the attack")
 	}
 	if err := s.end(); err != nil {
 		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)

@@ -55,7 +55,7 @@ func TestNoGate(t *testing.T) {
 	r := a.run(t, "run", "--net", "no-gate", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
 		"probe http http://allowed.test/; echo http=$?; probe http https://allowed.test/; echo https=$?; "+
 			"probe tcp "+up+":22; echo ssh=$?; probe tcp "+up+":8080; echo alt=$?; "+
-			"probe dns "+up+" allowed.test; echo dns=$?; probe http http://other.test/; echo other=$?; env | grep -ci proxy")
+			"probe dns "+up+" allowed.test; echo dns=$?; probe http http://another.test/; echo other=$?; env | grep -ci proxy")
 	for _, want := range []string{"http=0", "https=0", "ssh=1", "alt=1", "dns=1", "other=1", "\n0\n"} {
 		if !strings.Contains(r.Stdout+"\n", want) {
 			t.Errorf("no-gate: want %q in\n%s", strings.TrimSpace(want), r)
@@ -219,11 +219,11 @@ func TestRestrictiveUmask(t *testing.T) {
 func TestProjectFileNarrowsUntilTrusted(t *testing.T) {
 	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig()+"allowed_hosts = [\"allowed.test\"]\n")
-	project := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"other.test\"]\n"
+	project := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"another.test\"]\n"
 	writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), project)
-	probe := "probe http-proxy \"$HTTP_PROXY\" http://other.test/; echo other=$?; probe http-proxy \"$HTTP_PROXY\" http://allowed.test/; echo allowed=$?"
+	probe := "probe http-proxy \"$HTTP_PROXY\" http://another.test/; echo other=$?; probe http-proxy \"$HTTP_PROXY\" http://allowed.test/; echo allowed=$?"
 	r := a.run(t, "run", "--harness", "shell", "--", "sh", "-c", probe)
-	if !strings.Contains(r.Stderr, `"other.test" ignored`) || !strings.Contains(r.Stdout, "other=1") || !strings.Contains(r.Stdout, "allowed=0") {
+	if !strings.Contains(r.Stderr, `"another.test" ignored`) || !strings.Contains(r.Stdout, "other=1") || !strings.Contains(r.Stdout, "allowed=0") {
 		t.Errorf("untrusted project file: %s", r)
 	}
 	// The hash of the content reviewed: without a terminal, trust needs it.

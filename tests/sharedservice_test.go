@@ -191,7 +191,7 @@ func TestSharedPodmanService(t *testing.T) {
 // socket goes.
 func TestSharedPodmanServiceIdle(t *testing.T) {
 	testhost.Require(t)
-	bin := testhost.Binary(t, "cmd/aisb", podmanTags...)
+	bin := testhost.Binary(t, "cmd/aisb")
 	dir := testhost.UserDir(t)
 	os.Chmod(dir, 0o700)
 	sock := filepath.Join(dir, "podman-test.sock")

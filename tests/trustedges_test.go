@@ -73,14 +73,14 @@ func TestTrustRace(t *testing.T) {
 	base := testBaseImage(t)
 	a := newAisb(t, base, dnsConfig()+"allowed_hosts = [\"allowed.test\"]\n")
 	harmless := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\"]\n"
-	widening := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"unlisted.test\"]\n"
+	widening := "version = 1\n[network]\nallowed_hosts = [\"allowed.test\", \"unnamed.test\"]\n"
 	writeUserFile(t, filepath.Join(a.project, ".aisb.toml"), harmless)
 	writeUserFile(t, filepath.Join(a.project, ".b"), widening)
 
-	// Control: unlisted.test is reachable through a gate that lists it.
-	r := a.run(t, "run", "--allow", "unlisted.test", "--harness", "shell", "--", "sh", "-c", "probe http-proxy $HTTP_PROXY http://unlisted.test/")
+	// Control: unnamed.test is reachable through a gate that lists it.
+	r := a.run(t, "run", "--allow", "unnamed.test", "--harness", "shell", "--", "sh", "-c", "probe http-proxy $HTTP_PROXY http://unnamed.test/")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "status 200") {
-		t.Fatalf("control: unlisted.test not reachable when allowed: %s", r)
+		t.Fatalf("control: unnamed.test not reachable when allowed: %s", r)
 	}
 
 	// The agent's session, running while the user reviews and trusts.
@@ -131,7 +131,7 @@ func TestTrustRace(t *testing.T) {
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		s := tm.Screen()
 		if strings.Contains(s, "[y/N]") {
-			if !strings.Contains(s, "unlisted.test") {
+			if !strings.Contains(s, "unnamed.test") {
 				t.Errorf("trust asks without showing the content it would record:\n%s", s)
 			}
 			tm.Keys("n", "Enter")
@@ -144,10 +144,10 @@ func TestTrustRace(t *testing.T) {
 	}
 	tm.WaitFor("EXIT=", 30*time.Second)
 
-	// Whatever happened, the next session must not reach unlisted.test.
-	r = a.run(t, "run", "--harness", "shell", "--", "sh", "-c", "probe http-proxy $HTTP_PROXY http://unlisted.test/")
+	// Whatever happened, the next session must not reach unnamed.test.
+	r = a.run(t, "run", "--harness", "shell", "--", "sh", "-c", "probe http-proxy $HTTP_PROXY http://unnamed.test/")
 	if strings.Contains(r.Stdout, "status 200") {
-		t.Errorf("the swapped .aisb.toml was trusted: the next session reached unlisted.test: %s", r)
+		t.Errorf("the swapped .aisb.toml was trusted: the next session reached unnamed.test: %s", r)
 	}
 	if !strings.Contains(r.Stdout, "403") {
 		t.Errorf("the next session's request was not refused by the gate: %s", r)
@@ -197,7 +197,7 @@ func TestLongLivedGateState(t *testing.T) {
 	// squid runs as the user through keep-id: it can write this file.
 	writeUserFile(t, conf, strings.Join(lines, "\n"))
 	probe := "probe tcp $(echo $HTTP_PROXY | sed 's,http://,,; s,:[0-9]*$,,'):" + itoa(secret)
-	r := a.run(t, "run", "--gate", "shared", "--allow", "unlisted.test", "--harness", "shell", "--", "sh", "-c",
+	r := a.run(t, "run", "--gate", "shared", "--allow", "unnamed.test", "--harness", "shell", "--", "sh", "-c",
 		probe+"; echo secret=$?; probe http-proxy $HTTP_PROXY http://allowed.test/; echo gate=$?")
 	if strings.Contains(r.Stdout, "secret=0") || strings.Contains(r.Stdout, "host-secret") {
 		t.Errorf("a squid.conf rewritten in the gate's directory opened another host port to the sandbox: %s", r)
@@ -267,7 +267,7 @@ func TestAuditCapped(t *testing.T) {
 	parallel(t)
 	a := newAisb(t, testBaseImage(t), dnsConfig()+"[logs]\nsession_max = \"8k\"\n")
 	r := a.run(t, "run", "--harness", "shell", "--", "sh", "-c",
-		"for i in $(seq 1500); do probe http-proxy $HTTP_PROXY http://unlisted.test/$i >/dev/null; done; echo done")
+		"for i in $(seq 1500); do probe http-proxy $HTTP_PROXY http://unnamed.test/$i >/dev/null; done; echo done")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "done") {
 		t.Fatalf("run: %s", r)
 	}

@@ -12,8 +12,8 @@ import (
 
 const mod = "github.com/aisb-dev/aisb/"
 
-// buildTags are the podman bindings' tags (see the Makefile).
-const buildTags = "remote exclude_graphdriver_btrfs containers_image_openpgp"
+// buildTags are the podman bindings' tags, as the Makefile writes them.
+var buildTags = strings.Join(testhost.Tags(), " ")
 
 // forbidden lists, for each package, imports that must never appear among
 // its dependencies (direct or not). Floors, from the leaves up: contract,

@@ -1,10 +1,13 @@
 package testhost
 
 import (
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -48,12 +51,53 @@ func SSHBanner(t testing.TB, addr string) string {
 }
 
 // AuthorizeKey lets the public key line in at the test SSH server as GitUser
-// until the test ends.
+// until the test ends. Tests of both test users run side by side and the
+// server has one authorized_keys file for GitUser: each test adds its line
+// and removes only its own, under an exclusive lock on the file.
 func AuthorizeKey(t testing.TB, pub string) {
 	t.Helper()
 	path := filepath.Join(SSHDir, "authorized_keys", GitUser)
-	if err := os.WriteFile(path, []byte(strings.TrimSpace(pub)+"\n"), 0o644); err != nil {
+	line := strings.TrimSpace(pub)
+	if err := editKeys(path, func(lines []string) []string { return append(lines, line) }); err != nil {
 		Skip(t, "authorize a key at the test SSH server: %v", err)
 	}
-	t.Cleanup(func() { os.Remove(path) })
+	t.Cleanup(func() {
+		editKeys(path, func(lines []string) []string {
+			return slices.DeleteFunc(lines, func(l string) bool { return l == line })
+		})
+	})
+}
+
+// editKeys rewrites the authorized_keys file at path with edit's lines,
+// holding an exclusive flock on it meanwhile (sshd reads it in place).
+func editKeys(path string, edit func([]string) []string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	out := strings.Join(edit(lines), "\n")
+	if out != "" {
+		out += "\n"
+	}
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt([]byte(out), 0); err != nil {
+		return err
+	}
+	return nil
 }

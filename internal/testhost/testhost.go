@@ -5,6 +5,7 @@ package testhost
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -15,17 +16,25 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
+
+// User is the unprivileged test user this test process drives Podman as:
+// AISB_TEST_USER, or aisbtest. tests/host/setup.sh prepares two (env.sh
+// names them); `make test` runs the tests that must be alone on one uid as
+// the second, beside the others (tests/run.sh).
+var User = cmp.Or(os.Getenv("AISB_TEST_USER"), "aisbtest")
 
 // Names shared with tests/host/env.sh.
 const (
-	User         = "aisbtest"
 	BaseImage    = "localhost/aisb-base:trixie"
 	UpstreamAddr = "198.51.100.10"   // HTTP 80/8080, HTTPS 443, banner 22, UDP echo 9999, DNS 53
 	Upstream6    = "2001:db8:77::10" // the same host over IPv6
@@ -195,12 +204,14 @@ func binDir(t testing.TB) string {
 }
 
 // Binary builds the static Go program in the package pkg (relative to the
-// repository) into the test's binary directory and returns its path. Go's
-// build cache makes a rebuild a relink (3-4 s for aisb on a 2-core VM);
-// where ShareBuilds is on, each program is built once per test process and
-// copied into the test's directory.
-func Binary(t testing.TB, pkg string, tags ...string) string {
+// repository) into the test's binary directory and returns its path, with
+// the build tags of the test binary itself (Tags). Go's build cache makes a
+// rebuild a relink (3-4 s for aisb on a 2-core VM); where ShareBuilds is on,
+// each program is built once per test process and copied into the test's
+// directory.
+func Binary(t testing.TB, pkg string) string {
 	t.Helper()
+	tags := Tags()
 	out := filepath.Join(binDir(t), filepath.Base(pkg))
 	if _, err := os.Stat(out); err == nil {
 		return out
@@ -215,6 +226,22 @@ func Binary(t testing.TB, pkg string, tags ...string) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// Tags are the build tags this test binary was built with: the Makefile's
+// TAGS, the one place they are written (the podman bindings build without
+// cgo only with them). The programs a test builds get the same.
+func Tags() []string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-tags" && s.Value != "" {
+			return strings.Split(s.Value, ",")
+		}
+	}
+	return nil
 }
 
 func build(pkg string, tags []string, out string) error {
@@ -368,18 +395,13 @@ func startService(t testing.TB, env []string) (string, *exec.Cmd) {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start podman service: %v", err)
 	}
-	for i := 0; ; i++ {
-		if _, err := os.Stat(sock); err == nil {
-			return "unix://" + sock, cmd
-		}
-		// A minute: with three tests side by side on 2 cores (builds
-		// among them), a service once took over 10 s to come up.
-		if i == 1200 {
-			cmd.Process.Kill()
-			t.Fatalf("podman service socket %s did not appear within a minute", sock)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A minute: with three tests side by side on 2 cores (builds among
+	// them), a service once took over 10 s to come up.
+	if err := WaitFor(time.Minute, func() error { _, err := os.Stat(sock); return err }); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("podman service socket did not appear: %v", err)
 	}
+	return "unix://" + sock, cmd
 }
 
 // UserDir is a temporary directory owned by the test user.
@@ -421,13 +443,40 @@ func AgentDir(t testing.TB) string {
 // ServeHTTP80 serves a marker page on addr:80 until the test ends. The
 // host's own loopback and its own address get a service this way, so a
 // refusal test has a control: a gate that failed would visibly reach it.
+// Tests of several packages and lanes serve it at once (tests/run.sh): each
+// listener shares the port (SO_REUSEPORT) and serves the same page.
 func ServeHTTP80(t testing.TB, addr string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "80"))
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort(addr, "80"))
 	if err != nil {
 		t.Fatalf("listen on %s:80 for a control: %v", addr, err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "host service") })}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
+}
+
+// WaitFor calls cond every 50 ms until it returns nil or within has passed;
+// it returns nil, or cond's last error, saying how long it waited. Tests
+// poll with it instead of deadline loops of their own, so a timeout says
+// what was still wrong.
+func WaitFor(within time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("after %v: %w", within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

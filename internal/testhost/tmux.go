@@ -45,12 +45,15 @@ func (tm *Terminal) Screen() string {
 // WaitFor waits until the screen shows s, failing the test after timeout.
 func (tm *Terminal) WaitFor(s string, timeout time.Duration) {
 	tm.t.Helper()
-	for end := time.Now().Add(timeout); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if strings.Contains(tm.Screen(), s) {
-			return
+	err := WaitFor(timeout, func() error {
+		if !strings.Contains(tm.Screen(), s) {
+			return fmt.Errorf("terminal never showed %q", s)
 		}
+		return nil
+	})
+	if err != nil {
+		tm.t.Fatalf("%v; it shows:\n%s", err, tm.Screen())
 	}
-	tm.t.Fatalf("terminal never showed %q; it shows:\n%s", s, tm.Screen())
 }
 
 // Keys sends tmux key names (e.g. "C-p", "Enter") or literal text.

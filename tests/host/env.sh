@@ -1,6 +1,9 @@
 # env.sh holds the names the test host is built from; sourced by setup.sh and
 # upstream.sh, and mirrored in internal/testhost for the Go tests.
 AISB_TEST_USER=${AISB_TEST_USER:-aisbtest}
+# The second test user: the tests that must be alone on one uid (they count
+# or stop everything of their user) run as this one, beside the others.
+AISB_TEST_USER2=${AISB_TEST_USER2:-aisbtest2}
 AISB_CACHE=${AISB_CACHE:-/var/cache/aisb-test}
 AISB_TEST_BASE_IMAGE=localhost/aisb-base:trixie
 # Everything the sandbox and gate images need, so building them never waits
@@ -16,11 +19,15 @@ AISB_GIT_USER=aisbgit
 
 # as_user runs a command as the test user with a clean rootless-Podman
 # environment (no systemd session on this host).
-as_user() {
-	local uid home
-	uid=$(id -u "$AISB_TEST_USER")
-	home=$(getent passwd "$AISB_TEST_USER" | cut -d: -f6)
-	(cd / && runuser -u "$AISB_TEST_USER" -- env -i HOME="$home" USER="$AISB_TEST_USER" \
+as_user() { as_named "$AISB_TEST_USER" "$@"; }
+
+# as_named USER CMD... is as_user for the test user named USER.
+as_named() {
+	local name=$1 uid home
+	shift
+	uid=$(id -u "$name")
+	home=$(getent passwd "$name" | cut -d: -f6)
+	(cd / && runuser -u "$name" -- env -i HOME="$home" USER="$name" \
 		XDG_RUNTIME_DIR="/run/user/$uid" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
 		PODMAN_IGNORE_CGROUPSV1_WARNING=1 "$@")
 }

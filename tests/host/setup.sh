@@ -92,17 +92,19 @@ host_fixes() {
 	sysctl -qw net.ipv4.ping_group_range="0 2147483647"
 }
 
-# 3. The unprivileged test user, with subordinate ids, a runtime dir and
-#    overlay storage (without storage.conf rootless Podman silently uses vfs).
+# 3. The unprivileged test users, each with subordinate ids of its own (the
+#    two ranges disjoint), a runtime dir and overlay storage (without
+#    storage.conf rootless Podman silently uses vfs). The second runs the
+#    tests that must be alone on one uid, beside the others.
 test_user() {
-	id -u "$AISB_TEST_USER" >/dev/null 2>&1 || useradd -m -s /bin/bash "$AISB_TEST_USER"
-	grep -q "^$AISB_TEST_USER:" /etc/subuid || usermod --add-subuids 200000-265535 "$AISB_TEST_USER"
-	grep -q "^$AISB_TEST_USER:" /etc/subgid || usermod --add-subgids 200000-265535 "$AISB_TEST_USER"
-	local uid home
-	uid=$(id -u "$AISB_TEST_USER")
-	home=$(getent passwd "$AISB_TEST_USER" | cut -d: -f6)
-	install -d -m 0700 -o "$AISB_TEST_USER" -g "$AISB_TEST_USER" "/run/user/$uid"
-	install -d -m 0755 -o "$AISB_TEST_USER" -g "$AISB_TEST_USER" "$home/.config" "$home/.config/containers"
+	local name=$1 range=$2 uid home
+	id -u "$name" >/dev/null 2>&1 || useradd -m -s /bin/bash "$name"
+	grep -q "^$name:" /etc/subuid || usermod --add-subuids "$range" "$name"
+	grep -q "^$name:" /etc/subgid || usermod --add-subgids "$range" "$name"
+	uid=$(id -u "$name")
+	home=$(getent passwd "$name" | cut -d: -f6)
+	install -d -m 0700 -o "$name" -g "$name" "/run/user/$uid"
+	install -d -m 0755 -o "$name" -g "$name" "$home/.config" "$home/.config/containers"
 	cat >"$home/.config/containers/storage.conf" <<CONF
 [storage]
 driver = "overlay"
@@ -112,7 +114,22 @@ CONF
 cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
-	chown "$AISB_TEST_USER:" "$home/.config/containers/storage.conf" "$home/.config/containers/containers.conf"
+	chown "$name:" "$home/.config/containers/storage.conf" "$home/.config/containers/containers.conf"
+}
+
+# disjoint_ranges fails unless the two test users' subordinate uid and gid
+# ranges are disjoint: one user's containers must never map the other's ids.
+disjoint_ranges() {
+	local f
+	for f in /etc/subuid /etc/subgid; do
+		awk -F: -v a="$AISB_TEST_USER" -v b="$AISB_TEST_USER2" '
+			$1 == a { as[na++] = $2; ae[na-1] = $2 + $3 }
+			$1 == b { bs[nb++] = $2; be[nb-1] = $2 + $3 }
+			END {
+				for (i = 0; i < na; i++) for (j = 0; j < nb; j++)
+					if (as[i] < be[j] && bs[j] < ae[i]) exit 1
+			}' "$f" || die "$f: the ranges of $AISB_TEST_USER and $AISB_TEST_USER2 overlap"
+	done
 }
 
 # 3b. The git user the test SSH server serves (upstream.sh runs sshd): git-shell
@@ -124,16 +141,16 @@ git_user() {
 }
 
 # 4. The offline base image: Debian 13 by debootstrap from the machine's own
-#    mirror, imported into the test user's storage. Cached by the hash of the
-#    package list, as a tarball and as the image.
+#    mirror, imported into the storage of the test user named $1. Cached by
+#    the hash of the package list, as a tarball and as the image.
 base_image() {
-	local hash tarball tag
+	local name=$1 hash tarball tag
 	hash=$(printf '%s\n' "$AISB_BASE_PACKAGES" | sha256sum | cut -c1-12)
 	tarball="$AISB_CACHE/base-$hash.tar"
 	# The image also depends on the machine's CAs and this recipe.
 	tag=$( (echo "$hash recipe-2"; cat /usr/local/share/ca-certificates/*.crt 2>/dev/null) | sha256sum | cut -c1-12)
-	if as_user podman image exists "$AISB_TEST_BASE_IMAGE-$tag" 2>/dev/null; then
-		as_user podman tag "$AISB_TEST_BASE_IMAGE-$tag" "$AISB_TEST_BASE_IMAGE"
+	if as_named "$name" podman image exists "$AISB_TEST_BASE_IMAGE-$tag" 2>/dev/null; then
+		as_named "$name" podman tag "$AISB_TEST_BASE_IMAGE-$tag" "$AISB_TEST_BASE_IMAGE"
 		return
 	fi
 	mkdir -p "$AISB_CACHE"
@@ -150,18 +167,18 @@ base_image() {
 		tar -C "$dir" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
 		rm -rf "$dir"
 	fi
-	log "importing $AISB_TEST_BASE_IMAGE"
-	as_user podman image exists "$AISB_TEST_BASE_IMAGE-raw-$hash" ||
-		as_user podman import - "$AISB_TEST_BASE_IMAGE-raw-$hash" <"$tarball" >/dev/null
-	trust_machine_cas "$AISB_TEST_BASE_IMAGE-raw-$hash" "$AISB_TEST_BASE_IMAGE-$tag"
-	as_user podman tag "$AISB_TEST_BASE_IMAGE-$tag" "$AISB_TEST_BASE_IMAGE"
+	log "importing $AISB_TEST_BASE_IMAGE for $name"
+	as_named "$name" podman image exists "$AISB_TEST_BASE_IMAGE-raw-$hash" ||
+		as_named "$name" podman import - "$AISB_TEST_BASE_IMAGE-raw-$hash" <"$tarball" >/dev/null
+	trust_machine_cas "$name" "$AISB_TEST_BASE_IMAGE-raw-$hash" "$AISB_TEST_BASE_IMAGE-$tag"
+	as_named "$name" podman tag "$AISB_TEST_BASE_IMAGE-$tag" "$AISB_TEST_BASE_IMAGE"
 }
 
 # trust_machine_cas adds the machine's own extra CA certificates (this
 # machine's egress re-signs TLS) to the base image, for the system store and
 # for npm, so image builds can fetch packages here as they do on the host.
 trust_machine_cas() {
-	local from=$1 to=$2 ctx
+	local name=$1 from=$2 to=$3 ctx
 	ctx=$(mktemp -d)
 	chmod 755 "$ctx"
 	mkdir "$ctx/cas"
@@ -173,14 +190,17 @@ RUN update-ca-certificates >/dev/null 2>&1; printf 'cafile=/etc/ssl/certs/ca-cer
 ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
 CF
 	chmod -R a+rX "$ctx"
-	as_user podman build -q -t "$to" "$ctx" >/dev/null
+	as_named "$name" podman build -q -t "$to" "$ctx" >/dev/null
 	rm -rf "$ctx"
 }
 
 install_packages
 host_fixes
-test_user
+test_user "$AISB_TEST_USER" 200000-265535
+test_user "$AISB_TEST_USER2" 300000-365535
+disjoint_ranges
 git_user
-base_image
+base_image "$AISB_TEST_USER"
+base_image "$AISB_TEST_USER2"
 "$here/upstream.sh" up
-log "ready: user $AISB_TEST_USER, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
+log "ready: users $AISB_TEST_USER and $AISB_TEST_USER2, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"

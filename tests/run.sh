@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# run.sh is `make test`: it prepares this machine (tests/host/setup.sh, as
+# root, idempotently) while it compiles and vets everything, then runs every
+# test in three lanes at once and prints the counts CI reads last:
+#   units   every package but tests/, one package at a time, as the test user
+#           (gate/ once the shared lane has ended)
+#   shared  the tests of tests/ that may run in parallel, three at once, as
+#           the test user (tests/helpers_test.go says which may)
+#   alone   the tests of tests/ that must be alone on one uid (tests/alone),
+#           one at a time, as the second test user (those marked "last"
+#           after the others)
+# Under AISB_INTEGRATION=1 a test that cannot run fails instead of skipping.
+# Each phase says how long it took; the go test -json streams stay in
+# $AISB_TEST_OUT (default test-out/) for a closer look.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${TAGS:?TAGS: the build tags (the Makefile passes its own)}"
+GO=${GO:-go}
+export CGO_ENABLED=0
+out=${AISB_TEST_OUT:-test-out}
+rm -rf "$out"
+mkdir -p "$out"
+
+start=$(date +%s)
+phase_start=$start
+phase() {
+	local now
+	now=$(date +%s)
+	printf 'test: %s: %d s (%d s in all)\n' "$1" $((now - phase_start)) $((now - start))
+	phase_start=$now
+}
+
+# The tests that must be alone on one uid, as -run patterns: all of them,
+# and those to run after the others.
+pattern() { awk -v want="$1" 'NF && $1 !~ /^#/ && (want == "" || $2 == want) {printf "%s%s", sep, $1; sep="|"}' tests/alone; }
+alone="^($(pattern ""))\$"
+last="^($(pattern last))\$"
+
+# 1. The host and the build at once: setup.sh mostly waits on apt and
+#    debootstrap, the compiler on the CPU.
+bash tests/host/setup.sh >"$out/setup.log" 2>&1 &
+setup=$!
+build_ok=1
+{
+	$GO build -o "$out/gotest" ./tests/gotest &&
+		$GO vet -tags "$TAGS" ./... &&
+		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -count=1 -run '^$' ./... >/dev/null &&
+		$GO build -tags "$TAGS" ./cmd/... ./tests/probe ./tests/racecreate ./bench/probe &&
+		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -list "$alone" ./tests | grep '^Test' | sort >"$out/alone.found" &&
+		pattern "" | tr '|' '\n' | sort | diff - "$out/alone.found"
+} >"$out/build.log" 2>&1 || build_ok=0
+phase "build and vet"
+setup_ok=1
+wait "$setup" || setup_ok=0
+phase "host set-up (beside the build)"
+if [ "$build_ok" = 0 ]; then
+	cat "$out/build.log" >&2
+	echo "test: the build or vet failed, or tests/alone names a test that does not exist" >&2
+	exit 1
+fi
+if [ "$setup_ok" = 0 ]; then
+	cat "$out/setup.log" >&2
+	echo "test: tests/host/setup.sh failed" >&2
+	exit 1
+fi
+
+# 2. The three lanes at once.
+. tests/host/env.sh
+# gate/ runs its gates as the test user too, and twice its tests beside the
+# escape battery's saw the battery's last session's containers outlive its
+# 5 s: it waits for the parallel tests to end (and still ends before the
+# alone lane).
+gate=$($GO list ./gate/...)
+units=$($GO list ./... | grep -v '/tests$' | grep -vxF "$gate")
+export AISB_INTEGRATION=1
+lane() {
+	local name=$1
+	shift
+	# The lane's exit status is go test's; gotest only copies and tells.
+	set +e
+	"$@" 2>&1 | "$out/gotest" follow "$name" >"$out/$name.json"
+	local rc=${PIPESTATUS[0]}
+	set -e
+	printf 'test: lane %s ended (go test exit %d) after %d s\n' "$name" "$rc" $(($(date +%s) - phase_start))
+	return "$rc"
+}
+go_test=($GO test -tags "$TAGS" -count=1 -json -timeout 30m)
+# shellcheck disable=SC2086 # $units is a list of packages
+lane units "${go_test[@]}" -p 1 $units &
+units_pid=$!
+lane shared "${go_test[@]}" -parallel 3 -skip "$alone" ./tests &
+shared_pid=$!
+alone_lane() {
+	local rc=0
+	lane alone "${go_test[@]}" -run "$alone" -skip "$last" ./tests || rc=1
+	lane alone-last "${go_test[@]}" -run "$last" ./tests || rc=1
+	return "$rc"
+}
+AISB_TEST_USER=$AISB_TEST_USER2 alone_lane &
+alone_pid=$!
+rc=0
+wait "$units_pid" || rc=1
+wait "$shared_pid" || rc=1
+# shellcheck disable=SC2086 # $gate is a list of packages
+lane gate "${go_test[@]}" -p 1 $gate || rc=1
+wait "$alone_pid" || rc=1
+phase "tests"
+
+# 3. What failed or skipped, and the counts, last.
+"$out/gotest" summary "$out"/*.json || rc=1
+exit "$rc"
