@@ -15,7 +15,6 @@ import (
 	"os"
 	"time"
 
-
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"

@@ -85,6 +85,9 @@ func TestSquidParse(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg.Session, cfg.Port, cfg.TLSPort, cfg.Dir, cfg.Host = "parse-test", 3128, 3129, "/gate", host
+			if cfg.Tokens, err = squidconf.NewTokens(); err != nil {
+				t.Fatal(err)
+			}
 			conf, err := squidconf.Render(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -1,9 +1,7 @@
 package gate
 
 import (
-	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net"
 	"net/url"
 	"strconv"
@@ -11,15 +9,8 @@ import (
 	"github.com/aisb-dev/aisb/gate/squidconf"
 )
 
-// newTokens makes a gate's two secrets (squidconf.Tokens): 128 random bits
-// each.
-func newTokens() (squidconf.Tokens, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return squidconf.Tokens{}, fmt.Errorf("gate tokens: %w", err)
-	}
-	return squidconf.Tokens{Sandbox: hex.EncodeToString(b[:16]), Peer: hex.EncodeToString(b[16:])}, nil
-}
+// newTokens makes a gate's two secrets (squidconf.Tokens).
+func newTokens() (squidconf.Tokens, error) { return squidconf.NewTokens() }
 
 // ProxyURL is the proxy URL a sandbox reaches the gate by at host (the
 // gate's host address as the sandbox sees it): the front's port, with the

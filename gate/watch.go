@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/netaddr"

@@ -221,7 +221,7 @@ type scriptCase struct {
 func renderScript(cases []scriptCase) string {
 	var b bytes.Buffer
 	b.WriteString("#!/bin/sh\n")
-	b.WriteString("gate=${HTTP_PROXY#http://}\n")
+	b.WriteString("gate=${HTTP_PROXY##*@}\n") // the proxy URL holds the gate's token before the @
 	for _, c := range cases {
 		fmt.Fprintf(&b, "out=$(%s 2>&1); code=$?; printf 'RESULT %%s %%d %%s\\n' %q \"$code\" \"$(printf %%s \"$out\" | tr '\\n' ' ' | cut -c1-300)\"\n", c.argv, c.name)
 	}

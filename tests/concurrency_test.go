@@ -39,7 +39,7 @@ func TestSessionsAtOnce(t *testing.T) {
 probe http-proxy $HTTP_PROXY http://allowed.test/; echo gate=$?
 probe tcp ` + up + `:80; echo direct=$?
 while [ ! -e /project/ports ]; do sleep 0.1; done
-h=${HTTP_PROXY#http://}
+h=${HTTP_PROXY##*@}
 for p in $(cat /project/ports); do [ "$p" = "$port" ] && continue; probe tcp ${h%:*}:$p; echo other-$p=$?; done
 echo own-port=$port`
 	for b := 0; b < bursts; b++ {

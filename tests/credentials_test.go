@@ -83,7 +83,10 @@ func headersMark(t *testing.T) int64 {
 const nodeConnect = `
 const http = require('http'), tls = require('tls');
 const gate = new URL(process.env.HTTPS_PROXY);
-http.request({host: gate.hostname, port: gate.port, method: 'CONNECT', path: 'api.allowed.test:443'})
+// The proxy URL's user and password prove the sandbox to its gate, as
+// Node's own proxy agents send them.
+const auth = 'Basic ' + Buffer.from(decodeURIComponent(gate.username) + ':' + decodeURIComponent(gate.password)).toString('base64');
+http.request({host: gate.hostname, port: gate.port, method: 'CONNECT', path: 'api.allowed.test:443', headers: {'Proxy-Authorization': auth}})
   .on('connect', (res, sock) => {
     const t = tls.connect({socket: sock, servername: 'api.allowed.test'}, () => {
       t.write('GET /node HTTP/1.1\r\nHost: api.allowed.test\r\nx-api-key: ' + process.env.TEST_API_KEY + '\r\nConnection: close\r\n\r\n');

@@ -56,16 +56,13 @@ var outsiders = []outsider{
 }
 
 // proxyStatus is what curl as o got from the gate at port for url: the
-// CONNECT's status for https URLs, the response's for http ones.
+// CONNECT's status (000 for an http URL) and the response's (000 when
+// there was none).
 func proxyStatus(t *testing.T, o outsider, port int, url string, extra ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w := "%{http_code}"
-	if strings.HasPrefix(url, "https://") {
-		w = "%{http_connect}"
-	}
-	args := append(append([]string{}, o.argv...), "curl", "-sS", "-o", "/dev/null", "-m", "10", "-w", w, "-x", fmt.Sprintf("http://127.0.0.1:%d", port))
+	args := append(append([]string{}, o.argv...), "curl", "-sS", "-k", "-o", "/dev/null", "-m", "10", "-w", "%{http_connect} %{http_code}", "-x", fmt.Sprintf("http://127.0.0.1:%d", port))
 	args = append(append(args, extra...), url)
 	out, err := exec.CommandContext(ctx, args[0], args[1:]...).Output()
 	var ee *exec.ExitError
@@ -78,8 +75,10 @@ func proxyStatus(t *testing.T, o outsider, port int, url string, extra ...string
 // TestGateAnswersOnlyItsSandbox: while a session runs, another local user
 // and the session's own user outside the sandbox are refused by both of
 // the gate's ports, for HTTP and CONNECT, listed name or not, also from
-// the hand-over's source address 127.0.0.3; nothing of theirs reaches the
-// upstream and no key is set for them; each refusal is in the audit. The
+// the hand-over's source address 127.0.0.3: the front answers 403; the TLS
+// port (ssl-bump: squid answers every CONNECT there 200) gives their
+// requests no answer; nothing of theirs reaches the upstream and no key is
+// set for them; each refusal is in the audit. The
 // control: the session's sandbox passes, key set, before and after, at
 // the same time. On main before the gate authenticated its sandbox both
 // ports answered them 200 and the upstream saw the session's key.
@@ -97,7 +96,7 @@ i=0; while [ ! -e /project/go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); do
 code https://api.allowed.test/sandbox-after-`+stamp+` >/project/after
 `)
 	envFile := filepath.Join(testhost.UserDir(t), "env")
-	writeUserFile(t, envFile, "export TEST_API_KEY='"+key+"'\n")
+	writeUserFile(t, envFile, "export TEST_API_KEY='"+key+"' TEST_BEARER='REALBEARER-"+stamp+"'\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	argv := append([]string{"sh", "-c", ". " + envFile + " && exec \"$@\"", "sh"}, a.command(t, ctx, "run", "--harness", "shell", "--", "sh", "/project/inside.sh")...)
@@ -122,17 +121,25 @@ code https://api.allowed.test/sandbox-after-`+stamp+` >/project/after
 			port  int
 			url   string
 			extra []string
+			want  string // what the front answers; "" on the TLS port (below)
 		}{
-			{front, "https://api.allowed.test/outsider-front-" + stamp, nil},
-			{front, "http://allowed.test/outsider-plain-" + stamp, nil},
-			{tlsPort, "https://api.allowed.test/outsider-tls-" + stamp, nil},
-			{tlsPort, "https://unnamed.test/outsider-tls-unlisted-" + stamp, nil},
-			{tlsPort, "https://unnamed.test/outsider-bound-" + stamp, []string{"--interface", "127.0.0.3"}},
-			{tlsPort, "http://allowed.test/outsider-tls-plain-" + stamp, nil},
+			{front, "https://api.allowed.test/outsider-front-" + stamp, nil, "403 000"},
+			{front, "http://allowed.test/outsider-plain-" + stamp, nil, "000 403"},
+			{tlsPort, "https://api.allowed.test/outsider-tls-" + stamp, nil, ""},
+			{tlsPort, "https://unnamed.test/outsider-tls-unlisted-" + stamp, nil, ""},
+			{tlsPort, "https://unnamed.test/outsider-bound-" + stamp, []string{"--interface", "127.0.0.3"}, ""},
+			{tlsPort, "http://allowed.test/outsider-tls-plain-" + stamp, nil, ""},
 		} {
 			tried++
-			if got := proxyStatus(t, o, c.port, c.url, c.extra...); got == "200" {
-				t.Errorf("%s got 200 from the gate's port %d for %s %v", o.name, c.port, c.url, c.extra)
+			got := proxyStatus(t, o, c.port, c.url, c.extra...)
+			switch {
+			case c.want != "" && got != c.want:
+				t.Errorf("%s got %q from the gate's front (port %d) for %s, want %q (refused)", o.name, got, c.port, c.url, c.want)
+			case c.want == "" && strings.HasSuffix(got, " 200"):
+				// The TLS port has ssl-bump: squid answers every CONNECT
+				// there 200 and ends the refused one at its TLS step, so
+				// the request itself must get no answer.
+				t.Errorf("%s got an answer %q from the gate's TLS port %d for %s %v", o.name, got, c.port, c.url, c.extra)
 			}
 		}
 	}
@@ -244,7 +251,7 @@ func TestBumpedTunnelRefusesOtherRequests(t *testing.T) {
 	key := "REALKEY-" + stamp
 	writeUserFile(t, filepath.Join(a.project, "bumped.py"), bumpedTunnel)
 	mark := headersMark(t)
-	r := a.runEnv(t, []string{"TEST_API_KEY=" + key}, "run", "--harness", "shell", "--", "python3", "/project/bumped.py", stamp)
+	r := a.runEnv(t, []string{"TEST_API_KEY=" + key, "TEST_BEARER=REALBEARER-" + stamp}, "run", "--harness", "shell", "--", "python3", "/project/bumped.py", stamp)
 	if r.Code != 0 {
 		t.Fatalf("%s", r)
 	}

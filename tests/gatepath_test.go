@@ -67,7 +67,7 @@ func TestFirstRequestFindsTheGate(t *testing.T) {
 	a := newAisb(t, base, dnsConfig())
 	start := time.Now()
 	r := a.run(t, "run", "--allow", "allowed.test", "--host-port", fmt.Sprint(closed), "--harness", "shell", "--", "sh", "-c",
-		fmt.Sprintf(`probe tcp "${HTTP_PROXY#http://}" >/dev/null; echo gate=$?; h=${HTTP_PROXY#http://}; exec probe tcp ${h%%:*}:%d`, closed))
+		fmt.Sprintf(`probe tcp "${HTTP_PROXY##*@}" >/dev/null; echo gate=$?; h=${HTTP_PROXY##*@}; exec probe tcp ${h%%:*}:%d`, closed))
 	if r.Code != 1 || !strings.Contains(r.Stdout, "gate=0") || !strings.Contains(r.Stdout, "refused") || time.Since(start) > time.Minute {
 		t.Errorf("control: a connection to a port nothing listens on, which the table admits, must be refused at once: %s", r)
 	}

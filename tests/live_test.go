@@ -504,7 +504,7 @@ func TestLiveAgentCannotSteer(t *testing.T) {
 		// The request that waits for an answer.
 		`probe http-proxy "$HTTP_PROXY" http://another.test/ >/dev/null 2>&1 & bg=$!`,
 		`sleep 0.5`,
-		`gate=${HTTP_PROXY#http://}; ghost=${gate%:*}; gport=${gate#*:}`,
+		`gate=${HTTP_PROXY##*@}; ghost=${gate%:*}; gport=${gate#*:}`,
 		// The project directory: a project file that would allow it.
 		`printf 'version = 1\n[network]\nask = false\nallowed_hosts = ["another.test"]\n' > /project/.aisb.toml; echo "A project=$?"`,
 		// The host paths where the session reads decisions.

@@ -1,7 +1,9 @@
 package squidconf
 
 import (
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -20,7 +22,10 @@ import (
 // the front's hand-over and the requests decrypted from a tunnel it bumped,
 // nothing else. Both tokens are matched as whole header values by req_header
 // ACLs, which resolve nothing and start no helper; squid never forwards
-// Proxy-Authorization to an upstream.
+// Proxy-Authorization to an upstream. On the TLS port the hand-over's
+// CONNECT marks its connection (annotate_client), and the rules read the
+// mark: after the ClientHello squid checks the tunnel again with a CONNECT
+// of its own making, which carries the connection's notes but no header.
 
 // Tokens are a gate's two secrets: random, per gate, in squid.conf (which
 // only the gate can read) and, for the sandbox's, in the sandbox's
@@ -28,6 +33,15 @@ import (
 type Tokens struct {
 	Sandbox string // the sandbox's: ProxyUser's password
 	Peer    string // the front's, on its hand-over to the TLS port
+}
+
+// NewTokens makes a gate's two tokens: 128 random bits each.
+func NewTokens() (Tokens, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Tokens{}, fmt.Errorf("gate tokens: %w", err)
+	}
+	return Tokens{Sandbox: hex.EncodeToString(b[:16]), Peer: hex.EncodeToString(b[16:])}, nil
 }
 
 // ProxyUser is the user name the sandbox's proxy URL carries with its token.
@@ -62,6 +76,13 @@ func renderAuthACLs(line func(string, ...any), t Tokens) {
 	line("# front's hand-over with the peer's (see the hand-over below).")
 	line("acl gate_sandbox req_header Proxy-Authorization %s", basicRE(ProxyUser, t.Sandbox))
 	line("acl gate_from_peer req_header Proxy-Authorization %s", basicRE(peerUser, t.Peer))
+	line("# On the TLS port the hand-over's CONNECT marks its connection; what")
+	line("# squid checks again there (a CONNECT of its own, after the ClientHello)")
+	line("# carries the mark, not the header.")
+	line("acl gate_peer_mark annotate_client handed=yes")
+	line("acl gate_handed_conn note handed yes")
+	line("acl gate_peer_marked all-of gate_from_peer gate_peer_mark")
+	line("acl gate_peer any-of gate_handed_conn gate_peer_marked")
 }
 
 // renderAuthAccess writes the http_access lines that refuse everyone but
@@ -71,10 +92,10 @@ func renderAuthACLs(line func(string, ...any), t Tokens) {
 func renderAuthAccess(line func(string, ...any), bumped bool) {
 	line("http_access deny gate_at_front !gate_sandbox gate_rule_%s", audit.RuleNotSandbox)
 	if bumped {
-		line("http_access deny !gate_at_front !gate_from_peer !gate_bumped gate_rule_%s", audit.RuleNotSandbox)
+		line("http_access deny !gate_at_front !gate_peer !gate_bumped gate_rule_%s", audit.RuleNotSandbox)
 		return
 	}
-	line("http_access deny !gate_at_front !gate_from_peer gate_rule_%s", audit.RuleNotSandbox)
+	line("http_access deny !gate_at_front !gate_peer gate_rule_%s", audit.RuleNotSandbox)
 }
 
 // peerLogin is the cache_peer option that sends the front's token.

@@ -46,7 +46,7 @@ func TestRenderAuthFirst(t *testing.T) {
 		}
 		if len(access) < 4 || !strings.Contains(access[0], "!gate_clients") ||
 			access[1] != "http_access deny gate_at_front !gate_sandbox gate_rule_not_sandbox" ||
-			!strings.HasPrefix(access[2], "http_access deny !gate_at_front !gate_from_peer ") {
+			!strings.HasPrefix(access[2], "http_access deny !gate_at_front !gate_peer ") {
 			t.Errorf("credentials %d: the first http_access lines are %q", len(creds), access[:min(4, len(access))])
 		}
 		if bumped := strings.Contains(access[2], "!gate_bumped"); bumped != (len(creds) > 0) {
@@ -54,7 +54,7 @@ func TestRenderAuthFirst(t *testing.T) {
 		}
 		for _, want := range []string{
 			"acl gate_sandbox req_header Proxy-Authorization ^Basic[[:space:]]+YWlzYjo1YTVhNWE1YTVhNWE1YTVhNWE1YTVhNWE1YTVhNWE1YQ==$",
-			"acl gate_handed all-of gate_connect gate_from_peer !gate_at_front",
+			"acl gate_handed all-of gate_connect gate_peer !gate_at_front",
 			" login=aisb-gate:" + testTokens.Peer,
 		} {
 			if !strings.Contains(conf, want) {

@@ -100,7 +100,7 @@ func TestRenderHandedNotAskedAgain(t *testing.T) {
 			}
 		}
 	}
-	if n != 2 || !strings.Contains(conf, "\nacl gate_handed all-of gate_connect gate_from_peer !gate_at_front\n") {
+	if n != 2 || !strings.Contains(conf, "\nacl gate_handed all-of gate_connect gate_peer !gate_at_front\n") {
 		t.Errorf("%d asking lines; gate_handed:\n%s", n, conf)
 	}
 }

@@ -158,7 +158,7 @@ func Render(c Config) (string, error) {
 	line("acl gate_at_front myportname %s", frontPortName)
 	renderAuthACLs(line, c.Tokens)
 	line("# A tunnel the front handed to the TLS port: it carries the peer's token.")
-	line("acl gate_handed all-of gate_connect gate_from_peer !gate_at_front")
+	line("acl gate_handed all-of gate_connect gate_peer !gate_at_front")
 	line(`acl gate_ip_literal dstdom_regex -n ^[0-9.]+$ : [[]`)
 	if len(addrs) > 0 {
 		line("acl gate_listed_addrs dst -n %s", strings.Join(addrs, " "))

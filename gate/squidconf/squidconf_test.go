@@ -249,7 +249,7 @@ func TestRenderTLSOrder(t *testing.T) {
 	if bump[len(bump)-2] != "ssl_bump splice gate_sni_is_target gate_sni_present" {
 		t.Errorf("a ClientHello naming exactly the target (a name allowed live) is not spliced last: %q", bump)
 	}
-	if !strings.Contains(conf, "ssl_bump bump gate_cred_target_0 gate_cred_sni_0 gate_sni_present gate_bump_mark gate_rule_bumped") {
+	if !strings.Contains(conf, "ssl_bump bump gate_cred_target_0 gate_cred_sni_0 gate_sni_present gate_bump_mark_0 gate_rule_bumped") {
 		t.Error("the credential host is not bumped")
 	}
 	if strings.Count(conf, "ssl_bump bump") != 1 {

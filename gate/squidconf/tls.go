@@ -62,18 +62,24 @@ func renderTLSACLs(line func(string, ...any), dir string, names []string, creds 
 	// A bumped tunnel's connection is marked when it is bumped; every
 	// request decrypted from it carries the mark (and only those: a plain
 	// "GET https://" to the gate stays refused by the scheme rule).
-	line("acl gate_bump_mark annotate_client bumped=yes")
-	line("acl gate_bumped note bumped yes")
+	// The mark names the credential host the tunnel was bumped for: the
+	// requests decrypted from it may go to that host only, with its key
+	// only (the request's own names are the client's to choose).
+	line("acl gate_bumped note bumped")
 	line("acl gate_upgrade req_header Upgrade .")
-	// Inside a bumped tunnel only its own host's requests pass: the target
-	// (the URL's host), the tunnel's SNI and the Host header all name it.
+	// Inside a bumped tunnel only its own host's requests pass: the mark of
+	// the host it was bumped for, the URL's host and the Host header all
+	// name it. (ssl::server_name is no help there: on a decrypted request
+	// it matches the request's host, which the client chooses.)
 	hosts := CredentialHosts(creds)
 	var own []string
 	for i, h := range hosts {
 		line("acl gate_cred_target_%d dstdomain -n %s", i, h)
 		line("acl gate_cred_sni_%d ssl::server_name %s", i, h)
+		line("acl gate_bump_mark_%d annotate_client bumped=%d", i, i)
+		line("acl gate_bumped_for_%d note bumped %d", i, i)
 		line("acl gate_cred_hosthdr_%d req_header Host -i ^%s(:443)?$", i, strings.ReplaceAll(h, ".", `\.`))
-		line("acl gate_cred_own_%d all-of gate_cred_target_%d gate_cred_sni_%d gate_cred_hosthdr_%d", i, i, i, i)
+		line("acl gate_cred_own_%d all-of gate_bumped_for_%d gate_cred_target_%d gate_cred_hosthdr_%d", i, i, i, i)
 		own = append(own, fmt.Sprintf("gate_cred_own_%d", i))
 	}
 	line("acl gate_bumped_own any-of %s", strings.Join(own, " "))
@@ -124,7 +130,7 @@ func renderTLSRules(line func(string, ...any), dir string, names []string, creds
 	line("ssl_bump terminate gate_ip_literal gate_rule_%s", audit.RuleSNIMismatch)
 	line("ssl_bump terminate !gate_sni_present gate_rule_%s", audit.RuleNoSNI)
 	for i := range CredentialHosts(creds) {
-		line("ssl_bump bump gate_cred_target_%d gate_cred_sni_%d gate_sni_present gate_bump_mark gate_rule_%s", i, i, audit.RuleBumped)
+		line("ssl_bump bump gate_cred_target_%d gate_cred_sni_%d gate_sni_present gate_bump_mark_%d gate_rule_%s", i, i, i, audit.RuleBumped)
 	}
 	for i := range names {
 		line("ssl_bump splice gate_target_%d gate_sni_%d gate_sni_present", i, i)
@@ -157,7 +163,7 @@ func renderTLSRules(line func(string, ...any), dir string, names []string, creds
 	for i, c := range creds {
 		hi := indexOf(hosts, c.Host.String())
 		line("request_header_access %s deny gate_cred_target_%d", c.Header, hi)
-		line("request_header_add %s %s gate_cred_target_%d gate_bumped gate_cred_note_%d", c.Header, squidQuote(c.Value), hi, i)
+		line("request_header_add %s %s gate_cred_target_%d gate_bumped_for_%d gate_cred_note_%d", c.Header, squidQuote(c.Value), hi, hi, i)
 	}
 }
 

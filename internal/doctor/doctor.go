@@ -168,7 +168,10 @@ func squidParses(r *Report, c engine.Engine, o Options) {
 		err = os.Chmod(dir, 0o777)
 	}
 	if err == nil {
-		conf, err = squidconf.Render(squidconf.Config{Session: "doctor", Port: 3128, TLSPort: 3129, Dir: "/gate", Allowlist: hosts, Host: host})
+		var tokens squidconf.Tokens
+		if tokens, err = squidconf.NewTokens(); err == nil {
+			conf, err = squidconf.Render(squidconf.Config{Session: "doctor", Port: 3128, TLSPort: 3129, Dir: "/gate", Allowlist: hosts, Host: host, Tokens: tokens})
+		}
 	}
 	if err == nil {
 		// The TLS port's certificate must exist for squid to parse the file,
