@@ -84,10 +84,13 @@ func TestAuditCompleteAfterLastMomentTunnel(t *testing.T) {
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	// A second process holds the tunnel; the command exits as soon as the
 	// tunnel is up, which ends the session and kills the holder.
-	writeUserFile(t, filepath.Join(a.project, "tunnel.py"), `import os, socket, ssl, sys, time
-h, p = os.environ["HTTP_PROXY"][len("http://"):].rsplit(":", 1)
-s = socket.create_connection((h, int(p)))
-s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
+	writeUserFile(t, filepath.Join(a.project, "tunnel.py"), `import base64, os, socket, ssl, sys, time
+from urllib.parse import urlparse
+u = urlparse(os.environ["HTTP_PROXY"])
+s = socket.create_connection((u.hostname, u.port))
+# The proxy URL's user and password prove the sandbox to its gate.
+auth = base64.b64encode((u.username + ":" + u.password).encode()).decode()
+s.sendall(("CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\nProxy-Authorization: Basic " + auth + "\r\n\r\n").encode())
 print(s.recv(200).split(b"\r\n")[0].decode(), flush=True)
 # The sandbox does not trust the test upstream's CA; the handshake is what
 # makes the TLS port splice the tunnel.
@@ -100,7 +103,7 @@ open("/project/tunnel-open", "w").close()
 time.sleep(600)
 `)
 	r := a.run(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
-		`python3 /project/tunnel.py & while [ ! -e /project/tunnel-open ]; do sleep 0.01; done; echo up`)
+		`python3 /project/tunnel.py & i=0; while [ ! -e /project/tunnel-open ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; echo up`)
 	exited := time.Now()
 	if r.Code != 0 || !strings.Contains(r.Stdout, "200 Connection established") || !strings.Contains(r.Stdout, "tls TLS") || !strings.Contains(r.Stdout, "up") {
 		t.Fatalf("run: %s", r)
