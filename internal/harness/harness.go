@@ -96,7 +96,7 @@ var presets = map[string]Preset{
 	"claude": {
 		Name: "claude", Command: []string{"claude"},
 		NPM:         "@anthropic-ai/claude-code@2.1.328",
-		Hosts:       []string{"api.anthropic.com", "statsig.anthropic.com"},
+		Hosts:       []string{"api.anthropic.com"},
 		Env:         []string{"ANTHROPIC_API_KEY"},
 		Credentials: []Credential{anthropicKey},
 		// Checked in the 2.1.328 linux-x64 binary: the global config is
@@ -142,7 +142,7 @@ var presets = map[string]Preset{
 	"opencode": {
 		Name: "opencode", Command: []string{"opencode"},
 		NPM:         "opencode-ai@1.18.33",
-		Hosts:       []string{"api.anthropic.com", "api.openai.com", "opencode.ai", "models.dev"},
+		Hosts:       []string{"api.anthropic.com", "api.openai.com", "opencode.ai", "models.opencode.ai"},
 		Env:         []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"},
 		Credentials: []Credential{anthropicKey, openaiKey},
 		// From opencode's documentation (the npm package is a native
