@@ -91,6 +91,8 @@ func TestGateAnswersOnlyItsSandbox(t *testing.T) {
 	writeUserFile(t, filepath.Join(a.project, "inside.sh"), `
 code() { curl -sS -o /dev/null -w '%{http_code}' "$1"; }
 code https://api.allowed.test/sandbox-before-`+stamp+` >/project/before
+# git asks its proxy for nothing before it sends the token (GIT_HTTP_PROXY_AUTHMETHOD).
+git -c http.sslVerify=false ls-remote https://allowed.test/git-`+stamp+` >/dev/null 2>&1
 touch /project/up
 i=0; while [ ! -e /project/go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done
 code https://api.allowed.test/sandbox-after-`+stamp+` >/project/after
@@ -162,8 +164,9 @@ code https://api.allowed.test/sandbox-after-`+stamp+` >/project/after
 			t.Errorf("the sandbox's request %s the outsiders got %q, want 200\n%s", f, b, out)
 		}
 	}
-	sawSandbox := 0
+	sawSandbox, sawGit := 0, false
 	for _, r := range upstreamRequests(t, mark) {
+		sawGit = sawGit || strings.HasPrefix(r.Path, "/git-"+stamp+"/info/refs")
 		if strings.Contains(r.Path, "outsider-") {
 			t.Errorf("an outsider's request reached the upstream: %+v", r)
 		}
@@ -176,6 +179,9 @@ code https://api.allowed.test/sandbox-after-`+stamp+` >/project/after
 	}
 	if sawSandbox != 2 {
 		t.Errorf("the upstream saw %d of the sandbox's 2 requests", sawSandbox)
+	}
+	if !sawGit {
+		t.Error("git's request from the sandbox did not pass the gate")
 	}
 	refused := 0
 	for _, e := range a.events(t) {
