@@ -8,7 +8,7 @@
 #           the test user (tests/helpers_test.go says which may)
 #   alone   the tests of tests/ that must be alone on one uid (tests/alone),
 #           one at a time, as the second test user (those marked "last"
-#           after the others)
+#           after the others and after gate/)
 # Under AISB_INTEGRATION=1 a test that cannot run fails instead of skipping.
 # Each phase says how long it took; the go test -json streams stay in
 # $AISB_TEST_OUT (default test-out/) for a closer look.

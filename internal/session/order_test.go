@@ -67,7 +67,8 @@ type fakeGate struct {
 	f       *enginefake.Fake
 	ev      *events
 	lose    error // reported by watchAlive once the gate is ready
-	handOff bool  // finish hands the gate to the watchdog
+	lost    chan struct{} // closed once lose was reported
+	handOff bool          // finish hands the gate to the watchdog
 }
 
 func (g *fakeGate) port() int                   { return 4242 }
@@ -77,6 +78,7 @@ func (g *fakeGate) ready() error                { g.ev.add("gate ready"); return
 func (g *fakeGate) watchAlive(ctx context.Context, lost func(error)) {
 	if g.lose != nil {
 		lost(g.lose)
+		close(g.lost)
 	}
 	<-ctx.Done()
 }
@@ -268,8 +270,12 @@ func TestSessionOrder(t *testing.T) {
 // the same.
 func TestSessionGateLostMidSession(t *testing.T) {
 	oc := newOrderCase(t, false)
-	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
-	oc.g.lose = gate.ErrLost
+	oc.g.lose, oc.g.lost = gate.ErrLost, make(chan struct{})
+	// The agent exits once the gate's death was reported.
+	go func() {
+		<-oc.g.lost
+		oc.f.Exit(sandboxName(oc.g.r.id), 0)
+	}()
 	code, err, r := oc.run(t)
 	if err == nil || !errors.Is(err, gate.ErrLost) || code != 0 {
 		t.Fatalf("exit %d, %v; want the lost gate's error with the command's status", code, err)
