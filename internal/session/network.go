@@ -93,15 +93,15 @@ func (r *run) openNetwork(ctx context.Context) error {
 	// The sandbox's /etc/aisb, where the entrypoint also looks for the
 	// gate's word (sandbox.TellGateReady).
 	n.policyDir = filepath.Join(r.dir, "policy")
+	// From here the teardown ends the gate, in its order, should the
+	// policy fail to be written.
+	r.net = n
 	if err := sandbox.WritePolicy(n.policyDir, p); err != nil {
-		n.finish(func(string) {})
-		n.removeGate(func(string) {})
 		return fmt.Errorf("session policy: %w", err)
 	}
 	if o.Unenforced {
 		o.Logf("WARNING: --allow-unenforced: if the network table cannot be installed or verified, the sandbox runs without it")
 	}
-	r.net = n
 	r.trace("network set up")
 	return nil
 }
