@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"encoding/base64"
-	"net/url"
 	"sync"
 
 	"github.com/aisb-dev/aisb/gate"
@@ -15,11 +13,7 @@ var gateAuth sync.Map
 
 // asSandbox registers g's token and returns g.
 func asSandbox(g *gate.Gate) *gate.Gate {
-	u, err := url.Parse(g.ProxyURL("127.0.0.1"))
-	if err == nil {
-		pw, _ := u.User.Password()
-		gateAuth.Store(g.Addr(), "Basic "+base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)))
-	}
+	gateAuth.Store(g.Addr(), g.ProxyAuthorization())
 	return g
 }
 

@@ -8,14 +8,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,12 +127,7 @@ var asSandbox sync.Map
 // sandbox does. TestGateRefusesOutsiders speaks without it.
 func sandboxOf(t *testing.T, g *gate.Gate) {
 	t.Helper()
-	u, err := url.Parse(g.ProxyURL("127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pw, _ := u.User.Password()
-	asSandbox.Store(g.Addr(), "Basic "+base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pw)))
+	asSandbox.Store(g.Addr(), g.ProxyAuthorization())
 	t.Cleanup(func() { asSandbox.Delete(g.Addr()) })
 }
 

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/netip"
 	"os"
@@ -141,5 +142,20 @@ func TestTokensAndProxyURL(t *testing.T) {
 		if validToken(bad) {
 			t.Errorf("validToken(%q)", bad)
 		}
+	}
+}
+
+// TestProxyAuthorizationIsTheURLs: the header the tests speak with is the
+// one a client makes from ProxyURL (entrypoint/tunnel's GateFromEnv does
+// the same), and the gate's own ACL matches it.
+func TestProxyAuthorizationIsTheURLs(t *testing.T) {
+	tokens, err := newTokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{Port: 4001, token: tokens.Sandbox}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte("aisb:"+tokens.Sandbox))
+	if got := g.ProxyAuthorization(); got != want {
+		t.Errorf("ProxyAuthorization = %q, want %q", got, want)
 	}
 }

@@ -21,6 +21,10 @@ func (g *Gate) ProxyURL(host string) string {
 	return u.String()
 }
 
+// ProxyAuthorization is the header value the sandbox's clients send from
+// ProxyURL's credentials (a secret, like ProxyURL).
+func (g *Gate) ProxyAuthorization() string { return squidconf.ProxyAuthorization(g.token) }
+
 // validToken reports whether t can be a gate's sandbox token.
 func validToken(t string) bool {
 	if len(t) != 32 {

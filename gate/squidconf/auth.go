@@ -65,9 +65,18 @@ func (t Tokens) check() error {
 // basicRE is the regular expression that matches exactly the
 // Proxy-Authorization value of user and password.
 func basicRE(user, password string) string {
-	b64 := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	b64 := strings.TrimPrefix(basicAuth(user, password), "Basic ")
 	return `^Basic[[:space:]]+` + strings.ReplaceAll(b64, "+", `\+`) + `$`
 }
+
+// basicAuth is the Proxy-Authorization value of user and password.
+func basicAuth(user, password string) string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))
+}
+
+// ProxyAuthorization is the Proxy-Authorization value that proves the
+// sandbox with token to its gate, as clients make it from the proxy URL.
+func ProxyAuthorization(token string) string { return basicAuth(ProxyUser, token) }
 
 // renderAuthACLs writes the ACLs that say who sent a request.
 func renderAuthACLs(line func(string, ...any), t Tokens) {
