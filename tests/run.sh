@@ -105,6 +105,18 @@ wait "$alone_pid" || rc=1
 AISB_TEST_USER=$AISB_TEST_USER2 lane alone-last "${go_test[@]}" -run "$last" ./tests || rc=1
 phase "tests"
 
-# 3. What failed or skipped, and the counts, last.
+# 3. The budget, then what failed or skipped and the counts, last. From
+#    nothing (set-up included) on the 2-core machine kind CI runs on, the
+#    whole command must end within AISB_TEST_BUDGET seconds (600). A run
+#    over it fails even when every test passed: the suite's time is guarded
+#    like its results, so a slow test is found the day it lands.
+budget=${AISB_TEST_BUDGET:-600}
+took=$(($(date +%s) - start))
+if [ "$took" -gt "$budget" ]; then
+	printf 'test: %d s in all, over the budget of %d s (AISB_TEST_BUDGET): the phases above say where the time went\n' "$took" "$budget" >&2
+	rc=1
+else
+	printf 'test: %d s in all, within the budget of %d s\n' "$took" "$budget"
+fi
 "$out/gotest" summary "$out"/*.json || rc=1
 exit "$rc"
