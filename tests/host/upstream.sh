@@ -16,7 +16,10 @@
 # is never resolved must not see another test's query for it. For the same
 # reason other.test and unlisted.test are the packages' (gate/ checks that
 # they are never resolved) and another.test and unnamed.test tests/', whose
-# tests run beside them (tests/run.sh).
+# tests run beside them (tests/run.sh). The transparent path's tests own
+# tp.test and tprefused.test, the Kubernetes pod's kube.test and
+# kuberefused.test, the remote engine's remote.test and remoterefused.test,
+# for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -39,6 +42,7 @@ internal=(10.255.77.10 172.31.77.10 192.168.77.10 169.254.77.10 100.64.77.10)
 hosts() {
 	cat <<HOSTS
 $AISB_UPSTREAM_ADDR allowed.test www.allowed.test api.allowed.test other.test unlisted.test another.test unnamed.test refused.test sub.domain.test
+$AISB_UPSTREAM_ADDR tp.test tprefused.test kube.test kuberefused.test remote.test remoterefused.test
 127.0.0.1 loopback.test
 10.255.77.10 private.test mixed.test
 172.31.77.10 private172.test
