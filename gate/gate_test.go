@@ -133,29 +133,41 @@ func sandboxOf(t *testing.T, g *gate.Gate) {
 
 func raw(t *testing.T, gateAddr, req string) (int, net.Conn, *bufio.Reader) {
 	t.Helper()
+	code, conn, br, err := rawErr(t, gateAddr, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, conn, br
+}
+
+// rawErr is raw that returns its error, for a caller that expects the
+// gate's port to be closed for a moment (squid reopens its ports on a
+// reconfigure).
+func rawErr(t *testing.T, gateAddr, req string) (int, net.Conn, *bufio.Reader, error) {
+	t.Helper()
 	if auth, ok := asSandbox.Load(gateAddr); ok && !strings.Contains(req, "Proxy-Authorization:") {
 		line, rest, _ := strings.Cut(req, "\r\n")
 		req = line + "\r\nProxy-Authorization: " + auth.(string) + "\r\n" + rest
 	}
 	conn, err := net.DialTimeout("tcp", gateAddr, 5*time.Second)
 	if err != nil {
-		t.Fatal(err)
+		return 0, nil, nil, err
 	}
 	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(30 * time.Second))
 	if _, err := io.WriteString(conn, req); err != nil {
-		t.Fatal(err)
+		return 0, nil, nil, err
 	}
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		t.Fatalf("read reply to %q: %v", strings.SplitN(req, "\r\n", 2)[0], err)
+		return 0, nil, nil, fmt.Errorf("read reply to %q: %w", strings.SplitN(req, "\r\n", 2)[0], err)
 	}
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(req, "CONNECT") {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 	}
-	return resp.StatusCode, conn, br
+	return resp.StatusCode, conn, br, nil
 }
 
 func get(t *testing.T, gateAddr, url, host string) int {
