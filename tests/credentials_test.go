@@ -327,9 +327,14 @@ type gateFileCheck struct {
 // sandbox to search for.
 func checkGateFiles(a *aisbUser) gateFileCheck {
 	var keys []string
+	// The gate writes its TLS files before squid.conf: wait for both.
 	testhost.WaitFor(2*time.Minute, func() error {
 		keys, _ = filepath.Glob(filepath.Join(a.state, "*", "sessions", "*", "gate", "tls", "ca.key"))
-		return nonEmpty(keys)
+		if err := nonEmpty(keys); err != nil {
+			return err
+		}
+		_, err := os.Stat(filepath.Join(filepath.Dir(filepath.Dir(keys[0])), "squid.conf"))
+		return err
 	})
 	if len(keys) != 1 {
 		return gateFileCheck{err: fmt.Errorf("found %d session CA keys", len(keys))}
