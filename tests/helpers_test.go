@@ -87,4 +87,5 @@ func plainRun(t *testing.T, h helper, probe string, args ...string) testhost.Res
 func parallel(t *testing.T) {
 	t.Helper()
 	t.Parallel()
+	slots.acquire(t)
 }

@@ -4,8 +4,9 @@
 # test in three lanes at once and prints the counts CI reads last:
 #   units   every package but tests/, one package at a time, as the test user
 #           (gate/ once the shared lane has ended)
-#   shared  the tests of tests/ that may run in parallel, three at once, as
-#           the test user (tests/helpers_test.go says which may)
+#   shared  the tests of tests/ that may run in parallel, three at once, the
+#           slowest first, as the test user (tests/helpers_test.go says which
+#           may, tests/slots_test.go which start first)
 #   alone   the tests of tests/ that must be alone on one uid (tests/alone),
 #           one at a time, as the second test user (those marked "last"
 #           after the others and after gate/)
@@ -88,7 +89,9 @@ go_test=($GO test -tags "$TAGS" -count=1 -json -timeout 30m)
 # shellcheck disable=SC2086 # $units is a list of packages
 lane units "${go_test[@]}" -p 1 $units &
 units_pid=$!
-lane shared "${go_test[@]}" -parallel 3 -skip "$alone" ./tests &
+# The shared lane's three slots are tests/slots_test.go's (AISB_TEST_SLOTS):
+# it starts the slowest tests first, so go test's own limit admits them all.
+AISB_TEST_SLOTS=3 lane shared "${go_test[@]}" -parallel 100 -skip "$alone" ./tests &
 shared_pid=$!
 AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${go_test[@]}" -run "$alone" -skip "$last" ./tests &
 alone_pid=$!
