@@ -126,6 +126,11 @@ type Policy struct {
 const (
 	PodDir    = "/run/aisb-pod"
 	PodRecord = "table.nft"
+	// PodCABundle, in PodDir, is the CA bundle the init container writes
+	// when the gate sets credentials: the image's bundle and the session
+	// CA. The agent's CA variables (CABundleEnv) point at it: the agent
+	// container's own bundle is root's in its image.
+	PodCABundle = "ca-certificates.crt"
 )
 
 // CABundle is the sandbox image's CA bundle, where the entrypoint appends

@@ -32,12 +32,6 @@ import (
 	"github.com/aisb-dev/aisb/ruleset"
 )
 
-// PodCABundle is the CA bundle the init container writes beside the record
-// when the gate sets credentials: the image's bundle and the session CA. The
-// agent's CA variables (contract.CABundleEnv) point at it: the agent's own
-// bundle is root's and cannot be changed by the agent container.
-const PodCABundle = "ca-certificates.crt"
-
 // ErrRecord is wrapped when the init container's record is missing or is
 // not the table this policy builds in this network namespace.
 var ErrRecord = errors.New("the init container's record of the table")
@@ -155,7 +149,7 @@ func (p *Pod) table() error {
 		if err != nil {
 			return fail("trust the session CA", ExitEnforce, err)
 		}
-		bundle := filepath.Join(p.dir, PodCABundle)
+		bundle := filepath.Join(p.dir, contract.PodCABundle)
 		if err := writeAtomic(bundle, old); err != nil {
 			return fail("trust the session CA", ExitEnforce, err)
 		}
@@ -234,9 +228,9 @@ func (p *Pod) pod(argv []string) error {
 		return fail("verify table", ExitEnforce, fmt.Errorf("%w differs from the table of this policy in %s", ErrRecord, ns))
 	}
 	if pol.SessionCA != "" {
-		b, err := readCapped(filepath.Join(p.dir, PodCABundle), 16<<20)
+		b, err := readCapped(filepath.Join(p.dir, contract.PodCABundle), 16<<20)
 		if err != nil || !containsCert(b, pol.SessionCA) {
-			return fail("trust the session CA", ExitEnforce, fmt.Errorf("%s lacks the session CA", filepath.Join(p.dir, PodCABundle)))
+			return fail("trust the session CA", ExitEnforce, fmt.Errorf("%s lacks the session CA", filepath.Join(p.dir, contract.PodCABundle)))
 		}
 	}
 	// 3. The socket families, as in a local session.

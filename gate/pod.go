@@ -91,7 +91,7 @@ func Pod(o PodOptions) (*PodGate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render the pod's gate: %w", err)
 	}
-	var extra []byte
+	extra := []byte{}
 	for _, p := range o.UpstreamCAs {
 		b, err := os.ReadFile(p)
 		if err != nil {

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -215,6 +217,25 @@ func podSpec(o Options, configMap, secret string, limits corev1.ResourceList) co
 			{Name: "project", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 	}
+}
+
+// NameFor is the default name of a project's pod: aisb- and the project
+// directory's name, lower-cased, every other character a dash.
+func NameFor(projectDir string) string {
+	base := strings.ToLower(filepath.Base(projectDir))
+	var b strings.Builder
+	for _, r := range base {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	name := strings.Trim("aisb-"+b.String(), "-")
+	if len(name) > 42 {
+		name = strings.TrimRight(name[:42], "-")
+	}
+	return name
 }
 
 func ptr[T any](v T) *T { return &v }
