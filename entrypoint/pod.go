@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -121,6 +122,13 @@ func (p *Pod) TableMain(args []string) int {
 }
 
 func (p *Pod) table() error {
+	// A record left from before (a volume that outlived its pod) is
+	// removed first: this init's record or none.
+	for _, f := range []string{contract.PodRecord, contract.PodCABundle} {
+		if err := os.Remove(filepath.Join(p.dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fail("record table", ExitEnforce, err)
+		}
+	}
 	pol, rs, err := p.policy()
 	if err != nil {
 		return err
@@ -204,7 +212,13 @@ func (p *Pod) pod(argv []string) error {
 	// 1. The agent container runs as the agent, with nothing to drop:
 	//    check that it is so (runAsUser, capabilities dropped,
 	//    allowPrivilegeEscalation false).
-	if err := verifyPrivileges(p.uid, p.gid); err != nil {
+	// The runtime may list the agent's own group as a supplementary group
+	// (podman does): that one, or none.
+	err = verifyPrivileges(p.uid, p.gid)
+	if err != nil {
+		err = checkPrivileges(p.uid, p.gid, strconv.Itoa(p.gid))
+	}
+	if err != nil {
 		return fail("verify privileges", ExitEnforce, fmt.Errorf("%w (the agent container must run as %d:%d with every capability dropped and allowPrivilegeEscalation false)", err, p.uid, p.gid))
 	}
 	// 2. The table: the kernel's own listing where it answers (it needs

@@ -142,6 +142,7 @@ func podSpec(o Options, configMap, secret string, limits corev1.ResourceList) co
 		env = append(env, corev1.EnvVar{Name: k, Value: o.Env[k]})
 	}
 	memory := corev1.StorageMediumMemory
+	record, project := o.Name+"-record", o.Name+"-project"
 	return corev1.PodSpec{
 		RestartPolicy:                corev1.RestartPolicyNever,
 		AutomountServiceAccountToken: ptr(false),
@@ -167,7 +168,7 @@ func podSpec(o Options, configMap, secret string, limits corev1.ResourceList) co
 				ReadOnlyRootFilesystem:   ptr(true),
 				Privileged:               ptr(false),
 			},
-			VolumeMounts: []corev1.VolumeMount{mount("policy", contract.PolicyDir, true), mount("pod", contract.PodDir, false)},
+			VolumeMounts: []corev1.VolumeMount{mount("policy", contract.PolicyDir, true), mount(record, contract.PodDir, false)},
 		}},
 		Containers: []corev1.Container{
 			{
@@ -203,18 +204,23 @@ func podSpec(o Options, configMap, secret string, limits corev1.ResourceList) co
 					Privileged:               ptr(false),
 				},
 				Resources:    corev1.ResourceRequirements{Limits: limits},
-				VolumeMounts: []corev1.VolumeMount{mount("policy", contract.PolicyDir, true), mount("pod", contract.PodDir, true), mount("project", ProjectDir, false)},
+				VolumeMounts: []corev1.VolumeMount{mount("policy", contract.PolicyDir, true), mount(record, contract.PodDir, true), mount(project, ProjectDir, false)},
 			},
 		},
 		Volumes: []corev1.Volume{
 			{Name: "policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: configMap}}}},
 			{Name: "gate-files", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}},
-			{Name: "pod", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: memory}}},
+			// The init's record, shared with the agent: on disk, since
+			// podman kube play makes a memory emptyDir a tmpfs per container.
+			// It and the project are named for the pod: podman kube play
+			// names a volume for an emptyDir by its name alone, and two
+			// pods would share one.
+			{Name: record, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "gate-run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: memory}}},
 			{Name: "gate-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: memory}}},
 			// The project: an empty directory the agent clones into; the
 			// host's project is not copied (docs/kubernetes.md).
-			{Name: "project", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: project, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		},
 	}
 }
