@@ -154,4 +154,3 @@ func TestRenderRefuses(t *testing.T) {
 		}
 	}
 }
-

@@ -40,11 +40,11 @@ var forbidden = map[string][]string{
 	"internal/image":      {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
 	// The entrypoint runs first in every sandbox: small and static, no
 	// Podman, no TOML, no CLI framework.
-	"entrypoint":       {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", "k8s.io/", "sigs.k8s.io/", mod + "internal/kube"},
+	"entrypoint": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", "k8s.io/", "sigs.k8s.io/", mod + "internal/kube"},
 	// The static binary itself: the same, and never the Kubernetes types.
 	"cmd/aisb-entrypoint": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", "k8s.io/", "sigs.k8s.io/", mod + "internal/kube"},
 	// The manifests from typed inputs: no Podman, no configuration, no gate's life.
-	"internal/kube": {"github.com/containers/", mod + "internal/engine", mod + "internal/config", mod + "gate", mod + "internal/session", mod + "internal/sandbox", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
+	"internal/kube":    {"github.com/containers/", mod + "internal/engine", mod + "internal/config", mod + "gate", mod + "internal/session", mod + "internal/sandbox", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"gate":             {mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"internal/sandbox": {mod + "internal/config", mod + "gate", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"internal/reaper":  {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
