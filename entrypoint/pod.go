@@ -33,6 +33,10 @@ import (
 	"github.com/aisb-dev/aisb/ruleset"
 )
 
+// PodSelfAddr is where the agent's entrypoint connects from to see the gate
+// listen: the gate's audit.SelfAddr (TestPodSelfAddr holds them equal).
+const PodSelfAddr = "127.0.0.3"
+
 // ErrRecord is wrapped when the init container's record is missing or is
 // not the table this policy builds in this network namespace.
 var ErrRecord = errors.New("the init container's record of the table")
@@ -276,11 +280,15 @@ func (p *Pod) gateWait() time.Duration {
 }
 
 // awaitListener returns once addr (the gate on the pod's loopback) accepts
-// a connection, trying every 50 ms, or fails after wait.
+// a connection, trying every 50 ms, or fails after wait. It connects from
+// audit.SelfAddr (127.0.0.3), as squid checks its own ports: the gate logs
+// a connection that carried no request, and the audit drops such a line
+// from that address only as bookkeeping.
 func awaitListener(addr string, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
+	d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(PodSelfAddr)}}
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
+		c, err := d.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
 			return nil
