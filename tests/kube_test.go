@@ -8,6 +8,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -175,11 +176,14 @@ func TestKubePod(t *testing.T) {
 	// Each direct way out, with the same probe in the control pod.
 	direct := []scriptCase{
 		{"tcp", "probe tcp " + up + ":80"},
+		{"tcp-443", "probe tcp " + up + ":443"},
+		{"tcp-22", "probe tcp " + up + ":22"},
 		{"udp", "probe udp " + up + ":9999"},
 		{"dns", "probe dns " + up + " kube.test"},
+		{"dns-tcp", "probe dns-tcp " + up + " kube.test"},
 		{"ipv6", "probe tcp [" + up6 + "]:80"},
 	}
-	cases := append([]scriptCase{
+	cases := []scriptCase{
 		{"allowed", `curl -sS --max-time 10 -o /dev/null -w '%{http_code}' http://kube.test/kube-allowed-` + stamp},
 		{"refused", `curl -sS --max-time 10 -o /dev/null -w '%{http_code}' http://kuberefused.test/`},
 		{"cred", `curl -sS --max-time 10 https://kube.test/kube-cred-` + stamp + ` -H 'x-api-key: agent-sent'`},
@@ -188,13 +192,18 @@ func TestKubePod(t *testing.T) {
 		{"procsctl", `CTL=C''ONTROL-` + stamp + ` sh -c 'cat /proc/[0-9]*/environ 2>/dev/null' | tr '\0' '\n' | grep -c C[O]NTROL-` + stamp},
 		{"secret", `cat /etc/aisb-gate/squid.conf`},
 		{"record", `echo x >> /run/aisb-pod/table.nft`},
+		{"literal", `probe http-proxy "$HTTP_PROXY" http://` + up + `/`},
+		{"connect-22", `probe http-proxy "$HTTP_PROXY" https://kube.test:22/`},
+		{"nft-list", "probe nft list"},
 		{"nft-flush", "probe nft flush"},
+		{"nft-delete", "probe nft delete"},
+		{"netns-no-route", "unshare -rn probe tcp " + up + ":80"},
 		{"nft-accept", "probe nft accept"},
 		{"userns-nft", "unshare -r probe nft flush"},
 		{"gate-uid", "setpriv --reuid=13 --regid=13 --clear-groups id -u"},
 		{"suid", "probe-suid status"},
-	}, direct...)
-	script := renderScript(cases) + "echo agent-ran\n"
+	}
+	script := renderScript(cases) + concurrently(direct) + "echo agent-ran\n"
 
 	manifest := filepath.Join(testhost.AgentDir(t), "pod.yaml")
 	name := "aisb-kube-" + stamp
@@ -216,7 +225,7 @@ func TestKubePod(t *testing.T) {
 	control := variant(t, b, name+"-ctl", func(p *corev1.Pod) {
 		p.Spec.InitContainers = nil
 		agent := &p.Spec.Containers[1]
-		agent.Command = []string{"/bin/sh", "-c", renderScript(direct) + "echo agent-ran\n"}
+		agent.Command = []string{"/bin/sh", "-c", concurrently(direct) + "echo agent-ran\n"}
 	})
 	missing := variant(t, b, name+"-none", func(p *corev1.Pod) {
 		p.Spec.InitContainers[0].Command = []string{"/bin/true"}
@@ -275,6 +284,11 @@ func TestKubePod(t *testing.T) {
 	want("procsctl", 0, "1")
 	want("secret", -1, "No such file")
 	want("record", -1, "")
+	want("literal", -1, "403")
+	want("connect-22", -1, "Forbidden")
+	want("nft-list", -1, "blocked")
+	want("nft-delete", -1, "blocked")
+	want("netns-no-route", -1, "blocked")
 	want("nft-flush", -1, "blocked")
 	want("nft-accept", -1, "blocked")
 	want("userns-nft", -1, "blocked")
@@ -314,6 +328,11 @@ func TestKubePod(t *testing.T) {
 	if !find("kuberefused.test", audit.RuleNotListed) {
 		t.Errorf("no not_listed event for kuberefused.test in the pod's audit: %+v", events)
 	}
+	for _, e := range events {
+		if e.Rule == audit.RuleUntagged || e.Rule == audit.RuleMalformed {
+			t.Errorf("an event no request made (the agent's wait for the gate?): %+v", e)
+		}
+	}
 	var cred bool
 	for _, e := range events {
 		cred = cred || (e.Host == "kube.test" && e.Credential == "TEST_KUBE_KEY")
@@ -322,6 +341,17 @@ func TestKubePod(t *testing.T) {
 		t.Errorf("no event names the credential the gate set: %+v", events)
 	}
 	t.Logf("TestKubePod took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// concurrently runs each case in the background (a blocked one waits out
+// the probe's timeout) and prints their results once all have ended.
+func concurrently(cases []scriptCase) string {
+	var b strings.Builder
+	for i, c := range cases {
+		fmt.Fprintf(&b, "(\n%s) >/tmp/aisb-case-%d 2>&1 &\n", renderScript([]scriptCase{c}), i)
+	}
+	b.WriteString("wait\ncat /tmp/aisb-case-*\n")
+	return b.String()
 }
 
 // kubeAudit converts a gate's log with aisb kube audit, as a user would.
