@@ -1,5 +1,5 @@
 // The Kubernetes pod form (aisb kube) under podman kube play, in one test
-// of about 300 lines: the rendered pod against the test upstream, the same
+// of about 370 lines: the rendered pod against the test upstream, the same
 // pod without its table (the control) and the pods whose init container
 // left no record or a tampered one (fail closed) run side by side.
 
