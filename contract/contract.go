@@ -113,7 +113,25 @@ type Policy struct {
 	// AwaitGate makes the entrypoint wait for GateReadyFile, after every
 	// step but the exec (allow mode with a gate of the session's own).
 	AwaitGate bool `json:"await_gate,omitempty"`
+	// GateUID, in a Kubernetes pod (aisb kube), is the gate container's
+	// uid: the pod's containers share one network namespace, and the table
+	// lets the traffic of that uid alone leave it (the agent reaches the
+	// gate on the pod's loopback). 0: not a pod, no such rule.
+	GateUID uint32 `json:"gate_uid,omitempty"`
 }
+
+// PodDir is where a pod's init container writes the record of the table it
+// installed and verified (an emptyDir, read-only in the agent container),
+// and PodRecord that record's name in it.
+const (
+	PodDir    = "/run/aisb-pod"
+	PodRecord = "table.nft"
+	// PodCABundle, in PodDir, is the CA bundle the init container writes
+	// when the gate sets credentials: the image's bundle and the session
+	// CA. The agent's CA variables (CABundleEnv) point at it: the agent
+	// container's own bundle is root's in its image.
+	PodCABundle = "ca-certificates.crt"
+)
 
 // CABundle is the sandbox image's CA bundle, where the entrypoint appends
 // the session CA; aisb points CABundleEnv at it.
@@ -207,6 +225,18 @@ func (p Policy) Validate() error {
 		}
 	default:
 		return policyErr("mode %q; want allow, none, no-gate or open", p.Mode)
+	}
+	if p.GateUID != 0 {
+		switch {
+		case p.Mode != ModeAllow:
+			return policyErr("gate_uid: %s mode has no gate", p.Mode)
+		case p.GateUID == AgentUID:
+			return policyErr("gate_uid %d is the agent's uid; the gate needs a uid of its own", p.GateUID)
+		case p.GateUID == 1<<32-1:
+			return policyErr("gate_uid %d is not a uid", p.GateUID)
+		case p.AwaitGate:
+			return policyErr("await_gate: a pod's gate is its own container, not awaited")
+		}
 	}
 	if p.AwaitGate && p.Mode != ModeAllow {
 		return policyErr("await_gate: %s mode has no gate to wait for", p.Mode)

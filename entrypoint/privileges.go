@@ -73,7 +73,12 @@ func lastCap() (int, error) {
 
 // verifyPrivileges reads this thread's status back from the kernel: every
 // capability set empty, no_new_privs on, all ids the agent's, no groups.
-func verifyPrivileges(uid, gid int) error {
+func verifyPrivileges(uid, gid int) error { return checkPrivileges(uid, gid, "") }
+
+// checkPrivileges is verifyPrivileges with the supplementary groups the
+// kernel must show: "" (none) or, in a pod, where the runtime gives the
+// agent its own group as the one supplementary group, that group.
+func checkPrivileges(uid, gid int, groups string) error {
 	f, err := os.Open("/proc/thread-self/status")
 	if err != nil {
 		return err
@@ -84,7 +89,7 @@ func verifyPrivileges(uid, gid int) error {
 	want := map[string]string{
 		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
 		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
-		"NoNewPrivs": "1", "Uid": ids(uid), "Gid": ids(gid), "Groups": "",
+		"NoNewPrivs": "1", "Uid": ids(uid), "Gid": ids(gid), "Groups": groups,
 	}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)

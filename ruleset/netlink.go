@@ -52,6 +52,12 @@ func (r Rule) Exprs() []expr.Any {
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 			accept,
 		}
+	case SocketUID:
+		return []expr.Any{
+			&expr.Meta{Key: expr.MetaKeySKUID, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(r.UID)},
+			accept,
+		}
 	default:
 		port := make([]byte, 2)
 		binary.BigEndian.PutUint16(port, r.To.Port)

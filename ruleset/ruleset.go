@@ -27,6 +27,7 @@ const (
 	Established             // replies and related packets of accepted flows
 	TCPTo                   // new TCP connections to one address and port
 	TCPToNet                // new TCP connections to one network and port
+	SocketUID               // every packet of sockets owned by one uid (a pod's gate)
 )
 
 // Rule is one accept rule of the output chain.
@@ -34,6 +35,7 @@ type Rule struct {
 	Kind Kind
 	To   contract.Endpoint // for TCPTo; for TCPToNet, the port
 	Net  netip.Prefix      // for TCPToNet
+	UID  uint32            // for SocketUID
 }
 
 // Ruleset is the whole table: one output base chain, policy drop, and the
@@ -53,6 +55,11 @@ func Build(p contract.Policy) (*Ruleset, error) {
 		return nil, ErrOpen
 	}
 	rs := &Ruleset{Rules: []Rule{{Kind: Loopback}, {Kind: Established}}}
+	if p.GateUID != 0 {
+		// A pod: the gate is a container beside the agent's, in the same
+		// network namespace; its uid alone leaves (Policy.GateUID).
+		rs.Rules = append(rs.Rules, Rule{Kind: SocketUID, UID: p.GateUID})
+	}
 	add := func(e contract.Endpoint) {
 		for _, r := range rs.Rules {
 			if r.Kind == TCPTo && r.To == e {
@@ -101,6 +108,8 @@ func (r Rule) text() string {
 		return "ct state established,related accept"
 	case TCPToNet:
 		return fmt.Sprintf("ip daddr %s tcp dport %d accept", r.Net, r.To.Port)
+	case SocketUID:
+		return fmt.Sprintf("meta skuid %d accept", r.UID)
 	default:
 		return fmt.Sprintf("ip daddr %s tcp dport %d accept", r.To.Addr, r.To.Port)
 	}

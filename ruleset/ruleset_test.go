@@ -31,6 +31,7 @@ var goldenPolicies = map[string]contract.Policy{
 	"hostports": {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
 	"slirp":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
 	"none":      {Version: 1, Mode: contract.ModeNone},
+	"pod":       {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13},
 	"nogate": {Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")},
 		PinnedNets: []netip.Prefix{netip.MustParsePrefix("198.51.100.128/25"), netip.MustParsePrefix("192.0.2.0/24")}},
 }
@@ -66,6 +67,10 @@ func TestBuild(t *testing.T) {
 		{"duplicate host port folded", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:3128")), HostPorts: []contract.Endpoint{ep("100.64.0.1:3128")}}, []string{"ip daddr 100.64.0.1 tcp dport 3128 accept"}, nil},
 		{"no-gate", contract.Policy{Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}, []string{"ip daddr 192.0.2.1 tcp dport 80 accept", "ip daddr 192.0.2.1 tcp dport 443 accept"}, nil},
 		{"none", contract.Policy{Version: 1, Mode: contract.ModeNone}, nil, nil},
+		{"pod", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13}, []string{"meta skuid 13 accept", "ip daddr 127.0.0.1 tcp dport 3128 accept"}, nil},
+		{"gate uid in none", contract.Policy{Version: 1, Mode: contract.ModeNone, GateUID: 13}, nil, contract.ErrPolicy},
+		{"gate uid is the agent's", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: contract.AgentUID}, nil, contract.ErrPolicy},
+		{"gate uid awaited", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13, AwaitGate: true}, nil, contract.ErrPolicy},
 		{"open", contract.Policy{Version: 1, Mode: contract.ModeOpen}, nil, ErrOpen},
 		{"version", contract.Policy{Version: 2, Mode: contract.ModeNone}, nil, contract.ErrPolicy},
 		{"mode", contract.Policy{Version: 1, Mode: "wide"}, nil, contract.ErrPolicy},

@@ -1,6 +1,7 @@
 // Command aisb-entrypoint is the first process of every aisb sandbox: it locks
 // the network namespace, drops every privilege and execs the command. As
-// `aisb-entrypoint connect HOST PORT` it is the sandbox's ssh ProxyCommand.
+// `aisb-entrypoint connect HOST PORT` it is the sandbox's ssh ProxyCommand; as
+// `table` and `pod` the init and agent containers of a Kubernetes pod (aisb kube).
 package main
 
 import (
@@ -11,8 +12,15 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "connect" {
-		os.Exit(tunnel.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "connect":
+			os.Exit(tunnel.Main(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
+		case "table": // a pod's init container (aisb kube)
+			os.Exit(entrypoint.NewPod().TableMain(os.Args[2:]))
+		case "pod": // a pod's agent container (aisb kube)
+			os.Exit(entrypoint.NewPod().PodMain(os.Args[2:]))
+		}
 	}
 	os.Exit(entrypoint.New().Main(os.Args[1:]))
 }

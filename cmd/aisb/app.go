@@ -101,6 +101,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			trustCommand(e),
 			gateCommand(e),
 			imageCommand(e),
+			kubeCommand(e),
 			doctorCommand(e),
 			auditCommand(e),
 			psCommand(e),

@@ -1,11 +1,13 @@
 package audit
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -90,4 +92,34 @@ func (fl *Follower) Handoff() (int64, error) {
 	fl.handoff.Store(true)
 	err := fl.Stop()
 	return fl.end, err
+}
+
+// Convert turns a gate's log read from r (a pod's gate container's log, as
+// kubectl logs or podman logs prints it: the access log on stdout, squid's
+// cache log on stderr, interleaved) into JSON audit lines on w. Lines of
+// the access log are those that start with a log version; every other line
+// is squid's own and is counted in skipped, not converted. A line with the
+// version that the parser cannot read is a blocked event, as in a session.
+func Convert(r io.Reader, w io.Writer) (skipped int, err error) {
+	enc := json.NewEncoder(w)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, LogVersion+" ") && !strings.HasPrefix(line, logVersion1+" ") {
+			skipped++
+			continue
+		}
+		e, ok := eventFor(line, "-")
+		if !ok {
+			continue
+		}
+		if err := enc.Encode(e); err != nil {
+			return skipped, fmt.Errorf("write audit: %w", err)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return skipped, fmt.Errorf("read the gate's log: %w", err)
+	}
+	return skipped, nil
 }

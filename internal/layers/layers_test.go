@@ -40,7 +40,11 @@ var forbidden = map[string][]string{
 	"internal/image":      {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
 	// The entrypoint runs first in every sandbox: small and static, no
 	// Podman, no TOML, no CLI framework.
-	"entrypoint":       {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox"},
+	"entrypoint": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", "k8s.io/", "sigs.k8s.io/", mod + "internal/kube"},
+	// The static binary itself: the same, and never the Kubernetes types.
+	"cmd/aisb-entrypoint": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", "k8s.io/", "sigs.k8s.io/", mod + "internal/kube"},
+	// The manifests from typed inputs: no Podman, no configuration, no gate's life.
+	"internal/kube":    {"github.com/containers/", mod + "internal/engine", mod + "internal/config", mod + "gate", mod + "internal/session", mod + "internal/sandbox", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"gate":             {mod + "internal/config", mod + "internal/sandbox", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"internal/sandbox": {mod + "internal/config", mod + "gate", mod + "internal/session", mod + "ruleset", mod + "entrypoint", "github.com/google/nftables"},
 	"internal/reaper":  {mod + "internal/config", mod + "gate", mod + "internal/sandbox", mod + "internal/session"},
@@ -274,6 +278,33 @@ func TestBindingsOnlyInEngine(t *testing.T) {
 		if bad := importsBindings(imports); len(bad) > 0 {
 			t.Errorf("%s imports %s: Podman's bindings belong to internal/engine (call engine.Engine)", pkg, strings.Join(bad, ", "))
 		}
+	}
+}
+
+// kubeTypes are the Kubernetes API modules: internal/kube alone imports
+// them, so the rest of aisb (and never the entrypoint) links none. Tests
+// may (tests/ edits a rendered Pod to make its controls).
+var kubeTypes = []string{"k8s.io/", "sigs.k8s.io/"}
+
+func TestKubeTypesOnlyInKube(t *testing.T) {
+	imports := directImports(t, false)
+	seen := false
+	for pkg, imps := range imports {
+		for _, i := range imps {
+			for _, k := range kubeTypes {
+				if !strings.HasPrefix(i, k) {
+					continue
+				}
+				if pkg == mod+"internal/kube" {
+					seen = true
+					continue
+				}
+				t.Errorf("%s imports %s: the Kubernetes types belong to internal/kube", pkg, i)
+			}
+		}
+	}
+	if !seen {
+		t.Fatal("internal/kube lists no Kubernetes import: the listing is broken")
 	}
 }
 

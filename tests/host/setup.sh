@@ -41,6 +41,8 @@ install_packages() {
 	done
 	[ "$(podman_major)" = 5 ] || need+=("podman 5")
 	command -v pasta >/dev/null 2>&1 || need+=(pasta)
+	# podman kube play's pause container needs catatonit (the Kubernetes pod test).
+	[ -x /usr/bin/catatonit ] || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 	for c in sshd ssh ssh-agent ssh-keygen git; do
 		command -v "$c" >/dev/null 2>&1 || need+=("$c")
 	done
@@ -65,7 +67,7 @@ PIN
 		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
 			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux >/dev/null
 		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends -t trixie \
-			podman passt crun conmon golang-github-containers-common netavark buildah >/dev/null
+			podman passt crun conmon golang-github-containers-common netavark buildah catatonit >/dev/null
 		# sshd is for the test SSH server in its own namespace only: where
 		# this installs it, it must never start in the root namespace.
 		if ! dpkg -s openssh-server >/dev/null 2>&1; then
