@@ -66,15 +66,17 @@ type fakeGate struct {
 	r       *run
 	f       *enginefake.Fake
 	ev      *events
-	lose    error // reported by watchAlive once the gate is ready
+	lose    error         // reported by watchAlive once the gate is ready
 	lost    chan struct{} // closed once lose was reported
 	handOff bool          // finish hands the gate to the watchdog
 }
 
-func (g *fakeGate) port() int                   { return 4242 }
-func (g *fakeGate) caCert() []byte              { return nil }
-func (g *fakeGate) proxyURL(host string) string { return "http://aisb:" + strings.Repeat("0", 32) + "@" + host + ":4242" }
-func (g *fakeGate) ready() error                { g.ev.add("gate ready"); return nil }
+func (g *fakeGate) port() int      { return 4242 }
+func (g *fakeGate) caCert() []byte { return nil }
+func (g *fakeGate) proxyURL(host string) string {
+	return "http://aisb:" + strings.Repeat("0", 32) + "@" + host + ":4242"
+}
+func (g *fakeGate) ready() error { g.ev.add("gate ready"); return nil }
 func (g *fakeGate) watchAlive(ctx context.Context, lost func(error)) {
 	if g.lose != nil {
 		lost(g.lose)
