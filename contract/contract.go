@@ -113,7 +113,34 @@ type Policy struct {
 	// AwaitGate makes the entrypoint wait for GateReadyFile, after every
 	// step but the exec (allow mode with a gate of the session's own).
 	AwaitGate bool `json:"await_gate,omitempty"`
+	// Transparent (allow mode) makes the entrypoint start the relay
+	// (entrypoint/relay) before the drop: a resolver of its own for the
+	// agent, and the agent's TCP to the names it resolved carried to the
+	// gate by name; the table redirects both to it.
+	Transparent bool `json:"transparent,omitempty"`
 }
+
+// The relay of a transparent sandbox: who it runs as (neither root nor the
+// agent, so the agent can neither signal, trace nor read it), where it
+// listens (ports below 1024, which the agent cannot bind) and the range its
+// resolver maps names into (198.18.0.0/15, benchmarking space: never a
+// real destination).
+const (
+	RelayUID = 999
+	RelayGID = 999
+	// RelayProbeName is the name the entrypoint asks the relay's resolver
+	// for before the exec: no answer from the mapped range, no command.
+	RelayProbeName = "relay-probe.aisb.invalid"
+	// ResolvConf is the sandbox's resolver configuration, which the
+	// entrypoint points at RelayDNS.
+	ResolvConf = "/etc/resolv.conf"
+)
+
+var (
+	MappedRange = netip.MustParsePrefix("198.18.0.0/15")
+	RelayTCP    = Endpoint{Addr: netip.MustParseAddr("127.0.0.1"), Port: 999}
+	RelayDNS    = Endpoint{Addr: netip.MustParseAddr("127.0.0.53"), Port: 53}
+)
 
 // CABundle is the sandbox image's CA bundle, where the entrypoint appends
 // the session CA; aisb points CABundleEnv at it.
@@ -207,6 +234,9 @@ func (p Policy) Validate() error {
 		}
 	default:
 		return policyErr("mode %q; want allow, none, no-gate or open", p.Mode)
+	}
+	if p.Transparent && p.Mode != ModeAllow {
+		return policyErr("transparent: %s mode has no gate to carry connections to (allow mode only)", p.Mode)
 	}
 	if p.AwaitGate && p.Mode != ModeAllow {
 		return policyErr("await_gate: %s mode has no gate to wait for", p.Mode)

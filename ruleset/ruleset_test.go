@@ -27,10 +27,11 @@ func ptr[T any](v T) *T { return &v }
 // goldenPolicies are rendered to testdata/NAME.nft and, in the kernel test,
 // installed and listed back with nft.
 var goldenPolicies = map[string]contract.Policy{
-	"allow":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
-	"hostports": {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
-	"slirp":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
-	"none":      {Version: 1, Mode: contract.ModeNone},
+	"allow":       {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
+	"hostports":   {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
+	"slirp":       {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
+	"transparent": {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434")}, Transparent: true},
+	"none":        {Version: 1, Mode: contract.ModeNone},
 	"nogate": {Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")},
 		PinnedNets: []netip.Prefix{netip.MustParsePrefix("198.51.100.128/25"), netip.MustParsePrefix("192.0.2.0/24")}},
 }
@@ -94,11 +95,13 @@ func TestBuild(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []string
-			for _, r := range rs.Rules[2:] {
+			n := len(rs.Rules)
+			for _, r := range rs.Rules[2 : n-2] {
 				got = append(got, r.text())
 			}
-			if rs.Rules[0].Kind != Loopback || rs.Rules[1].Kind != Established || strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
-				t.Errorf("rules %v, want loopback, established, %q", rs.Rules, tt.want)
+			if rs.Rules[0].Kind != Loopback || rs.Rules[1].Kind != Established || strings.Join(got, "\n") != strings.Join(tt.want, "\n") ||
+				rs.Rules[n-2].Kind != RejectTCP || rs.Rules[n-1].Kind != RejectAll {
+				t.Errorf("rules %v, want loopback, established, %q, the two rejects", rs.Rules, tt.want)
 			}
 		})
 	}
