@@ -136,6 +136,11 @@ const (
 	ResolvConf = "/etc/resolv.conf"
 )
 
+// RelayPorts are the ports of a mapped address the table sends to the
+// relay: those the gate can admit (HTTPS, plain HTTP, SSH for the hosts on
+// the SSH list). Any other port is refused by the table itself.
+var RelayPorts = []uint16{443, 80, 22}
+
 var (
 	MappedRange = netip.MustParsePrefix("198.18.0.0/15")
 	RelayTCP    = Endpoint{Addr: netip.MustParseAddr("127.0.0.1"), Port: 999}

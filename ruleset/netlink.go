@@ -105,6 +105,10 @@ func (r Rule) Exprs() []expr.Any {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: network[:]},
 		)
 		exprs = append(exprs, l4proto(unix.IPPROTO_TCP)...)
+		exprs = append(exprs,
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, r.DPort)},
+		)
 		return append(exprs, dnatTo(r.To)...)
 	case RedirectDNS:
 		exprs := append(skuid(), l4proto(r.Proto)...)

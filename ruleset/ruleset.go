@@ -37,7 +37,7 @@ const (
 	RejectAll               // every other packet: refused at once, ICMP admin-prohibited
 
 	// The redirect chain's kinds (transparent sandboxes only).
-	RedirectNet // the agent's new TCP to Net: to the relay's To
+	RedirectNet // the agent's new TCP to Net, port DPort: to the relay's To
 	RedirectDNS // the agent's DNS (Proto, port 53, any address): to the resolver's To
 )
 
@@ -48,6 +48,8 @@ type Rule struct {
 	Net  netip.Prefix      // for TCPToNet and RedirectNet
 	// Proto is the transport (unix.IPPROTO_UDP or IPPROTO_TCP) for RedirectDNS.
 	Proto uint8
+	// DPort is the destination port RedirectNet matches.
+	DPort uint16
 }
 
 // Ruleset is the whole table: one output base chain, policy drop, its
@@ -98,11 +100,16 @@ func Build(p contract.Policy) (*Ruleset, error) {
 	}
 	if p.Transparent {
 		rs.Rules = append(rs.Rules[:2], append([]Rule{{Kind: DNATed}}, rs.Rules[2:]...)...)
-		rs.Redirect = []Rule{
-			{Kind: RedirectNet, Net: contract.MappedRange, To: contract.RelayTCP},
+		// Only the ports the gate can admit reach the relay; any other
+		// port of a mapped address meets the reject rules (a reset before
+		// the connection is even made).
+		for _, port := range contract.RelayPorts {
+			rs.Redirect = append(rs.Redirect, Rule{Kind: RedirectNet, Net: contract.MappedRange, DPort: port, To: contract.RelayTCP})
+		}
+		rs.Redirect = append(rs.Redirect, []Rule{
 			{Kind: RedirectDNS, Proto: unix.IPPROTO_UDP, To: contract.RelayDNS},
 			{Kind: RedirectDNS, Proto: unix.IPPROTO_TCP, To: contract.RelayDNS},
-		}
+		}...)
 	}
 	rs.Rules = append(rs.Rules, Rule{Kind: RejectTCP}, Rule{Kind: RejectAll})
 	return rs, nil
@@ -146,7 +153,7 @@ func (r Rule) text() string {
 	case RejectAll:
 		return "reject with icmpx admin-prohibited"
 	case RedirectNet:
-		return fmt.Sprintf("meta skuid %d ip daddr %s meta l4proto tcp dnat ip to %s", contract.AgentUID, r.Net, r.To)
+		return fmt.Sprintf("meta skuid %d ip daddr %s tcp dport %d dnat ip to %s", contract.AgentUID, r.Net, r.DPort, r.To)
 	case RedirectDNS:
 		proto := "udp"
 		if r.Proto == unix.IPPROTO_TCP {
