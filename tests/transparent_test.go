@@ -177,3 +177,72 @@ func containsName(names []string, n string) bool {
 	}
 	return false
 }
+
+// TestRelayOutOfTheAgentsReach: the agent tries to stop, trace, read,
+// replace, impersonate or reconfigure the relay, then uses it. The control
+// for every method is the same method against a process of the agent's own
+// (it works there); the relay still carries a request at the end, and it
+// presents the name the program resolved, whatever Host or SNI is sent.
+func TestRelayOutOfTheAgentsReach(t *testing.T) {
+	parallel(t)
+	base := testBaseImage(t)
+	a := newAisb(t, base, dnsConfig())
+	nonce := strconv.FormatInt(time.Now().UnixNano(), 36)
+	noproxy := "env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY "
+	relayPid := `$(awk '/^Uid:/ && $2 == 999 {split(FILENAME, f, "/"); print f[3]; exit}' /proc/[0-9]*/status)`
+	ptrace := `python3 -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); r=l.ptrace(16, int(sys.argv[1]), 0, 0); print("ptrace", r, ctypes.get_errno()); sys.exit(0 if r == 0 else 1)' `
+	readMem := `python3 -c 'import sys; f=open("/proc/%s/mem" % sys.argv[1], "rb"); print("opened")' `
+	bind := `python3 -c 'import socket,sys; s=socket.socket(socket.AF_INET, int(sys.argv[3])); s.bind((sys.argv[1], int(sys.argv[2]))); print("bound")' `
+	cases := []timedCase{
+		// Controls: each method works on a process of the agent's own.
+		{"control-own-pid", "sh -c 'sleep 300 >/dev/null 2>&1 & echo $! > /tmp/own'", "ok", ""},
+		{"control-ptrace", ptrace + "$(cat /tmp/own)", "ok", "ptrace 0"},
+		{"control-mem", readMem + "$(cat /tmp/own)", "ok", "opened"},
+		{"control-kill", "kill -KILL $(cat /tmp/own)", "ok", ""},
+		{"control-bind-high", bind + "127.0.0.1 1999 1", "ok", "bound"},
+		// The relay: uid 999, its own session, not dumpable.
+		{"relay-found", `test -n "` + relayPid + `" && grep -E '^(Uid|NoNewPrivs|Seccomp|CapEff):' /proc/` + relayPid + `/status | tr '\t' ' '`, "ok", "NoNewPrivs: 1"},
+		{"kill", "kill -KILL " + relayPid, "refused", ""},
+		{"stop", "kill -STOP " + relayPid, "refused", ""},
+		{"ptrace", ptrace + relayPid, "refused", ""},
+		{"mem", readMem + relayPid, "refused", ""},
+		{"bind-relay-port", bind + "127.0.0.1 999 1", "refused", ""},
+		{"bind-resolver", bind + "127.0.0.53 53 2", "refused", ""},
+		{"replace-binary", "cp /bin/true /usr/local/bin/aisb-entrypoint", "refused", ""},
+		{"resolv-conf", "echo nameserver " + testhost.UpstreamAddr + " > /etc/resolv.conf", "refused", ""},
+		{"nft-flush", "probe nft flush", "refused", ""},
+		// Another name than the one resolved: the Host header is rewritten,
+		// an SNI for another name is refused by the gate.
+		{"host-header", noproxy + "curl -sS --max-time 20 --noproxy '*' -H 'Host: tprefused.test' http://tp.test/tp-host-" + nonce, "ok", "host=tp.test"},
+		{"sni-other", noproxy + "curl -sSk --max-time 20 --noproxy '*' --connect-to tprefused.test:443:tp.test:443 https://tprefused.test/", "refused", ""},
+		// And it still works.
+		{"still-works", noproxy + "curl -sSk --max-time 20 --noproxy '*' https://tp.test/tp-after-" + nonce, "ok", "host=tp.test"},
+	}
+	writeUserFile(t, a.project+"/reach.sh", renderTimed(cases))
+	mark := testhost.DNSMark(t)
+	r := a.run(t, "run", "--allow", "tp.test", "--harness", "shell", "--", "sh", "/project/reach.sh")
+	if r.Code != 0 {
+		t.Fatalf("session: %s", r)
+	}
+	checkTimed(t, cases, parseResults(t, r.Stdout))
+	if !upstreamSaw(t, "/tp-after-"+nonce) || !upstreamSaw(t, "/tp-host-"+nonce) {
+		t.Errorf("the upstream never saw the requests after the attempts")
+	}
+	for _, q := range testhost.DNSQueries(t, mark) {
+		if strings.Contains(q, "tprefused.test") {
+			t.Errorf("the upstream's resolver was asked for %q", q)
+		}
+	}
+	sni := false
+	for _, e := range a.events(t) {
+		if e.Blocked() && strings.HasPrefix(e.Host, "tp.test") {
+			sni = true
+		}
+	}
+	if !sni {
+		t.Errorf("the gate did not refuse (and audit) the tunnel to tp.test with another SNI")
+	}
+	if t.Failed() {
+		t.Logf("sandbox output:\n%s\n%s", r.Stdout, r.Stderr)
+	}
+}
