@@ -123,7 +123,8 @@ func TestTransparentPath(t *testing.T) {
 		{"unlisted-443", noproxy + "curl -sSk --max-time 10 --noproxy '*' https://tprefused.test/", "refused", ""},
 		{"unlisted-80", noproxy + "curl -sSf --max-time 10 --noproxy '*' http://tprefused.test/", "403", ""},
 		{"internal-80", noproxy + "curl -sSf --max-time 10 --noproxy '*' http://private.test/", "403", ""},
-		{"port-22-not-ssh-host", talk + mapped + " 22", "refused", ""},
+		{"ssh-host-22", talk + mapped + " 22", "ok", "SSH-"},
+		{"port-22-not-ssh-host", talk + `$(getent ahostsv4 private.test | awk 'NR==1 {print $1}') 22`, "refused", ""},
 		{"port-8080", "probe tcp " + mapped + ":8080", "refused", ""},
 		{"ip-literal-443", "probe tcp " + up + ":443", "refused", ""},
 		{"ip-literal-80", noproxy + "curl -sS --max-time 10 --noproxy '*' http://" + up + "/", "refused", ""},
@@ -134,7 +135,7 @@ func TestTransparentPath(t *testing.T) {
 	writeUserFile(t, a.project+"/tp.sh", renderTimed(cases))
 	mark := testhost.DNSMark(t)
 	start := time.Now()
-	r := a.run(t, "run", "--allow", "tp.test", "--allow", "private.test", "--harness", "shell", "--", "sh", "/project/tp.sh")
+	r := a.run(t, "run", "--allow", "tp.test", "--allow", "private.test", "--allow-ssh", "tp.test", "--harness", "shell", "--", "sh", "/project/tp.sh")
 	t.Logf("the transparent session took %s", time.Since(start).Round(time.Millisecond))
 	if r.Code != 0 {
 		t.Fatalf("session: %s", r)
