@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -515,7 +514,9 @@ func TestRelayFailsClosed(t *testing.T) {
 		resolv := filepath.Join(t.TempDir(), "resolv.conf")
 		os.WriteFile(resolv, []byte("nameserver "+hostAddr+"\n"), 0o644)
 		status := statusFile(t)
-		args := []string{ep, "--policy", policy, "--status", status, "--resolv-conf", resolv}
+		// The entrypoint is PID 1 of a PID namespace of its own, as in a
+		// sandbox: a relay it started ends (and is reaped) with the command.
+		args := []string{"unshare", "--pid", "--fork", "--mount-proc", ep, "--policy", policy, "--status", status, "--resolv-conf", resolv}
 		if relayExe != "" {
 			args = append(args, "--relay", relayExe)
 		}
@@ -574,15 +575,7 @@ func TestRelayFailsClosed(t *testing.T) {
 	}
 	// Control: the relay in place, in a namespace with a route out.
 	ns := newSandbox(t).ns
-	// The command is the entrypoint's process: the relay is its child.
-	r, _, resolv := run(t, ns, []string{proxy}, "", "sh", "-c", `echo relay=$(cat /proc/$$/task/$$/children); exec "$0" dns `+hostAddr+` tp.test`, probe)
-	for _, f := range strings.Fields(r.Stdout) {
-		if pid, ok := strings.CutPrefix(f, "relay="); ok {
-			if n, err := strconv.Atoi(pid); err == nil {
-				syscall.Kill(n, syscall.SIGKILL)
-			}
-		}
-	}
+	r, _, resolv := run(t, ns, []string{proxy}, "", probe, "dns", hostAddr, "tp.test")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "answered rcode=0 answers=1") {
 		t.Fatalf("control: %s", r)
 	}
