@@ -18,7 +18,7 @@ const (
 	ChainName = "output"
 	// NATChainName is the transparent sandbox's second chain: it sends the
 	// agent's TCP to a mapped address and its DNS to the relay.
-	NATChainName = "redirect"
+	NATChainName = "to_relay"
 )
 
 // ErrOpen is returned by Build for open mode, which has no table by design.
@@ -32,11 +32,11 @@ const (
 	Established             // replies and related packets of accepted flows
 	TCPTo                   // new TCP connections to one address and port
 	TCPToNet                // new TCP connections to one network and port
-	DNATed                  // packets of a flow the redirect chain sent to the relay
+	DNATed                  // packets of a flow the to_relay chain sent to the relay
 	RejectTCP               // every other TCP packet: refused at once with a reset
 	RejectAll               // every other packet: refused at once, ICMP admin-prohibited
 
-	// The redirect chain's kinds (transparent sandboxes only).
+	// The to_relay chain's kinds (transparent sandboxes only).
 	RedirectNet // the agent's new TCP to Net, port DPort: to the relay's To
 	RedirectDNS // the agent's DNS (Proto, port 53, any address): to the resolver's To
 )
@@ -54,7 +54,7 @@ type Rule struct {
 
 // Ruleset is the whole table: one output base chain, policy drop, its
 // accept rules in order and the two reject rules that end it, and for a
-// transparent sandbox the redirect chain (nat, output hook) before it.
+// transparent sandbox the to_relay chain (nat, output hook) before it.
 type Ruleset struct {
 	Rules    []Rule
 	Redirect []Rule
@@ -64,7 +64,7 @@ type Ruleset struct {
 // loopback, established flows and the policy's TCP destinations: no DNS, no
 // UDP, no ICMP, no IPv6; everything else is rejected at once (a TCP reset,
 // or ICMP admin-prohibited), never left to time out. A transparent policy
-// adds the redirect chain: the agent's (uid AgentUID) TCP to the relay's
+// adds the to_relay chain: the agent's (uid AgentUID) TCP to the relay's
 // mapped range goes to the relay, its DNS to any address to the relay's
 // resolver, and the filter chain accepts what was so redirected.
 func Build(p contract.Policy) (*Ruleset, error) {

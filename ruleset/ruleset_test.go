@@ -168,3 +168,27 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyCatchesRedirectTampering: the transparent table's second chain
+// is read back as closely as the first.
+func TestVerifyCatchesRedirectTampering(t *testing.T) {
+	rs, _ := Build(goldenPolicies["transparent"])
+	for _, tamper := range []struct {
+		name string
+		nft  string
+	}{
+		{"redirect chain deleted", "flush chain inet aisb to_relay; delete chain inet aisb to_relay"},
+		{"redirect rule added", "add rule inet aisb to_relay meta skuid 1000 tcp dport 8080 dnat ip to 127.0.0.1:999"},
+		{"redirect target changed", "flush chain inet aisb to_relay; add rule inet aisb to_relay meta skuid 1000 udp dport 53 dnat ip to 198.51.100.10:53"},
+	} {
+		t.Run(tamper.name, func(t *testing.T) {
+			ns, c := installed(t, rs)
+			if out, err := ns.Command("nft", tamper.nft).CombinedOutput(); err != nil {
+				t.Fatalf("tamper: %v %s", err, out)
+			}
+			if err := rs.Verify(c); !errors.Is(err, ErrMismatch) {
+				t.Errorf("verify after %s = %v, want ErrMismatch", tamper.name, err)
+			}
+		})
+	}
+}
