@@ -118,6 +118,11 @@ type Policy struct {
 	// lets the traffic of that uid alone leave it (the agent reaches the
 	// gate on the pod's loopback). 0: not a pod, no such rule.
 	GateUID uint32 `json:"gate_uid,omitempty"`
+	// Transparent (allow mode) makes the entrypoint start the relay
+	// (entrypoint/relay) before the drop: a resolver of its own for the
+	// agent, and the agent's TCP to the names it resolved carried to the
+	// gate by name; the table redirects both to it.
+	Transparent bool `json:"transparent,omitempty"`
 }
 
 // PodDir is where a pod's init container writes the record of the table it
@@ -131,6 +136,33 @@ const (
 	// CA. The agent's CA variables (CABundleEnv) point at it: the agent
 	// container's own bundle is root's in its image.
 	PodCABundle = "ca-certificates.crt"
+)
+
+// The relay of a transparent sandbox: who it runs as (neither root nor the
+// agent, so the agent can neither signal, trace nor read it), where it
+// listens (ports below 1024, which the agent cannot bind) and the range its
+// resolver maps names into (198.18.0.0/15, benchmarking space: never a
+// real destination).
+const (
+	RelayUID = 999
+	RelayGID = 999
+	// RelayProbeName is the name the entrypoint asks the relay's resolver
+	// for before the exec: no answer from the mapped range, no command.
+	RelayProbeName = "relay-probe.aisb.invalid"
+	// ResolvConf is the sandbox's resolver configuration, which the
+	// entrypoint points at RelayDNS.
+	ResolvConf = "/etc/resolv.conf"
+)
+
+// RelayPorts are the ports of a mapped address the table sends to the
+// relay: those the gate can admit (HTTPS, plain HTTP, SSH for the hosts on
+// the SSH list). Any other port is refused by the table itself.
+var RelayPorts = []uint16{443, 80, 22}
+
+var (
+	MappedRange = netip.MustParsePrefix("198.18.0.0/15")
+	RelayTCP    = Endpoint{Addr: netip.MustParseAddr("127.0.0.1"), Port: 999}
+	RelayDNS    = Endpoint{Addr: netip.MustParseAddr("127.0.0.53"), Port: 53}
 )
 
 // CABundle is the sandbox image's CA bundle, where the entrypoint appends
@@ -234,9 +266,16 @@ func (p Policy) Validate() error {
 			return policyErr("gate_uid %d is the agent's uid; the gate needs a uid of its own", p.GateUID)
 		case p.GateUID == 1<<32-1:
 			return policyErr("gate_uid %d is not a uid", p.GateUID)
+		case p.GateUID == RelayUID:
+			return policyErr("gate_uid %d is the relay's uid; the gate needs a uid of its own", p.GateUID)
 		case p.AwaitGate:
 			return policyErr("await_gate: a pod's gate is its own container, not awaited")
+		case p.Transparent:
+			return policyErr("transparent: a pod (gate_uid) has no relay yet; the agent reaches its gate through the proxy variables")
 		}
+	}
+	if p.Transparent && p.Mode != ModeAllow {
+		return policyErr("transparent: %s mode has no gate to carry connections to (allow mode only)", p.Mode)
 	}
 	if p.AwaitGate && p.Mode != ModeAllow {
 		return policyErr("await_gate: %s mode has no gate to wait for", p.Mode)

@@ -41,6 +41,12 @@ type Entrypoint struct {
 	nft        func() (*nftables.Conn, error)
 	caBundle   string
 	gateWait   time.Duration
+	// A transparent sandbox's relay: the binary ("" is this one), the
+	// resolv.conf pointed at it, the sysctl that keeps its ports the
+	// relay's.
+	relayExe   string
+	resolvConf string
+	portStart  string
 }
 
 // New returns the entrypoint with its production settings.
@@ -54,6 +60,8 @@ func New() *Entrypoint {
 		nft:        func() (*nftables.Conn, error) { return nftables.New() },
 		caBundle:   contract.CABundle,
 		gateWait:   contract.GateWait,
+		resolvConf: contract.ResolvConf,
+		portStart:  "/proc/sys/net/ipv4/ip_unprivileged_port_start",
 	}
 	return e
 }
@@ -82,6 +90,8 @@ func (e *Entrypoint) Main(args []string) int {
 	fs.StringVar(&e.policyPath, "policy", contract.PolicyPath, "session policy `file` (tests only; aisb always uses the default)")
 	fs.StringVar(&e.statusPath, "status", contract.StatusPath, "status `file` (tests only; aisb always uses the default)")
 	fs.DurationVar(&e.gateWait, "gate-wait", contract.GateWait, "how long to wait for the gate when the policy says so (tests only)")
+	fs.StringVar(&e.resolvConf, "resolv-conf", contract.ResolvConf, "resolver configuration `file` a transparent sandbox points at the relay (tests only)")
+	fs.StringVar(&e.relayExe, "relay", "", "relay `binary` instead of this one (tests only)")
 	fs.Usage = func() {
 		fmt.Fprintln(e.stderr, "usage: aisb-entrypoint [--allow-unenforced] -- COMMAND [ARGS...]")
 	}
@@ -154,6 +164,16 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		}
 	}
 
+	// 3c. A transparent sandbox's relay: started now, as its own user
+	//     (neither root nor the agent), from this thread, and checked from
+	//     outside before anything of the agent's runs. No relay, no command
+	//     (--allow-unenforced does not change that).
+	if p.Transparent {
+		if err := e.transparent(); err != nil {
+			return fail(StepRelay, ExitEnforce, err)
+		}
+	}
+
 	// 4. Drop every privilege and check that nothing is left.
 	if err := dropPrivileges(e.uid, e.gid); err != nil {
 		return fail("drop privileges", ExitEnforce, err)
@@ -198,6 +218,24 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	return fail("exec "+argv[0], ExitNoExec, err)
+}
+
+// StepRelay is the step reported when a transparent sandbox's relay is not
+// in place.
+const StepRelay = "start the relay"
+
+func (e *Entrypoint) transparent() error {
+	if err := checkLowPorts(e.portStart); err != nil {
+		return err
+	}
+	if err := pointResolvConf(e.resolvConf); err != nil {
+		return fmt.Errorf("point resolv.conf at the relay: %w", err)
+	}
+	pid, err := e.startRelay()
+	if err != nil {
+		return err
+	}
+	return verifyRelay(pid)
 }
 
 func (e *Entrypoint) enforce(p contract.Policy) error {

@@ -494,3 +494,92 @@ func TestStaticAndSmall(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestRelayFailsClosed: a transparent policy's command runs only once the
+// relay is in place and verified; a relay that does not start, does not
+// say ready, or finds no gate, and a namespace where the agent could bind
+// the relay's ports, are each exit 77 at step "start the relay" with the
+// command not run. The control: the real relay starts, the command runs as
+// the agent, and its DNS query to any server is answered by the relay from
+// the mapped range (the table redirected it).
+func TestRelayFailsClosed(t *testing.T) {
+	testhost.RequireRoot(t)
+	ep := testhost.Binary(t, "cmd/aisb-entrypoint")
+	probe := testhost.Binary(t, "tests/probe")
+	dir := testhost.AgentDir(t)
+	policy := writePolicy(t, contract.Policy{Version: 1, Mode: contract.ModeAllow, Transparent: true,
+		Gate: &contract.Endpoint{Addr: mustAddr(hostAddr), Port: 8080}})
+	proxy := "HTTP_PROXY=http://aisb:token@" + hostAddr + ":8080"
+	run := func(t *testing.T, ns *netnstest.NS, env []string, relayExe string, argv ...string) (testhost.Result, string, string) {
+		resolv := filepath.Join(t.TempDir(), "resolv.conf")
+		os.WriteFile(resolv, []byte("nameserver "+hostAddr+"\n"), 0o644)
+		status := statusFile(t)
+		// The entrypoint is PID 1 of a PID namespace of its own, as in a
+		// sandbox: a relay it started ends (and is reaped) with the command.
+		args := []string{"unshare", "--pid", "--fork", "--mount-proc", ep, "--policy", policy, "--status", status, "--resolv-conf", resolv}
+		if relayExe != "" {
+			args = append(args, "--relay", relayExe)
+		}
+		cmd := ns.Command(append(append(args, "--"), argv...)...)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+		// A relay that started outlives the command here (in a sandbox
+		// it ends with the container): output goes to files, so that
+		// nothing waits for the relay's stderr to close.
+		out, _ := os.Create(filepath.Join(t.TempDir(), "out"))
+		errf, _ := os.Create(filepath.Join(t.TempDir(), "err"))
+		defer out.Close()
+		defer errf.Close()
+		cmd.Stdout, cmd.Stderr = out, errf
+		var res testhost.Result
+		if err := cmd.Run(); err != nil {
+			ee, ok := err.(*exec.ExitError)
+			if !ok {
+				t.Fatal(err)
+			}
+			res.Code = ee.ExitCode()
+		}
+		b, _ := os.ReadFile(out.Name())
+		e, _ := os.ReadFile(errf.Name())
+		res.Stdout, res.Stderr = string(b), string(e)
+		return res, status, resolv
+	}
+	for _, c := range []struct {
+		name     string
+		env      []string
+		relayExe string
+		sysctl   string
+		msg      string
+	}{
+		{"relay fails", []string{proxy}, "/bin/false", "", "did not report ready"},
+		{"relay exits at once", []string{proxy}, "/bin/true", "", "did not report ready"},
+		{"no gate for the relay", nil, "", "", "did not report ready"},
+		{"agent could bind its ports", []string{proxy}, "", "0", "ip_unprivileged_port_start is 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ns := netnstest.New(t)
+			if c.sysctl != "" {
+				ns.MustRun(t, "sysctl", "-w", "net.ipv4.ip_unprivileged_port_start="+c.sysctl)
+			}
+			marker := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
+			r, status, _ := run(t, ns, c.env, c.relayExe, "touch", marker)
+			if r.Code != 77 || !strings.Contains(r.Stderr, c.msg) {
+				t.Errorf("exit %d, want 77 with %q: %s", r.Code, c.msg, r)
+			}
+			if st := readStatus(t, status); st.Outcome != contract.OutcomeFailed || st.Step != "start the relay" {
+				t.Errorf("status %+v, want failed at start the relay", st)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("the command ran")
+			}
+		})
+	}
+	// Control: the relay in place, in a namespace with a route out.
+	ns := newSandbox(t).ns
+	r, _, resolv := run(t, ns, []string{proxy}, "", probe, "dns", hostAddr, "tp.test")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "answered rcode=0 answers=1") {
+		t.Fatalf("control: %s", r)
+	}
+	if b, _ := os.ReadFile(resolv); string(b) != "nameserver 127.0.0.53\n" {
+		t.Errorf("control: resolv.conf reads %q", b)
+	}
+}

@@ -183,3 +183,31 @@ func seccompFilters() (int, error) {
 	}
 	return n, nil
 }
+
+// restrictSocketsAllThreads installs the same filter on every thread of
+// the process at once (SECCOMP_FILTER_FLAG_TSYNC): the relay serves from
+// many threads. The calling thread needs no_new_privs; the kernel sets it
+// on the others with the filter.
+func restrictSocketsAllThreads() error {
+	prog, err := socketFilter(runtime.GOARCH)
+	if err != nil {
+		return err
+	}
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(prog)
+	if errno != 0 {
+		return fmt.Errorf("install seccomp filter on every thread: %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("install seccomp filter on every thread: thread %d could not take it", r)
+	}
+	n, err := seccompFilters()
+	if err != nil {
+		return err
+	}
+	if n < 1 {
+		return errors.New("verify seccomp filter: none on this thread")
+	}
+	return nil
+}

@@ -27,11 +27,12 @@ func ptr[T any](v T) *T { return &v }
 // goldenPolicies are rendered to testdata/NAME.nft and, in the kernel test,
 // installed and listed back with nft.
 var goldenPolicies = map[string]contract.Policy{
-	"allow":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
-	"hostports": {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
-	"slirp":     {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
-	"none":      {Version: 1, Mode: contract.ModeNone},
-	"pod":       {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13},
+	"allow":       {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234"))},
+	"hostports":   {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434"), ep("100.64.0.1:8000")}},
+	"slirp":       {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("10.0.2.2:3128"))},
+	"transparent": {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("100.64.0.1:41234")), HostPorts: []contract.Endpoint{ep("100.64.0.1:11434")}, Transparent: true},
+	"none":        {Version: 1, Mode: contract.ModeNone},
+	"pod":         {Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13},
 	"nogate": {Version: 1, Mode: contract.ModeNoGate, Pinned: []netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("198.51.100.11")},
 		PinnedNets: []netip.Prefix{netip.MustParsePrefix("198.51.100.128/25"), netip.MustParsePrefix("192.0.2.0/24")}},
 }
@@ -99,11 +100,13 @@ func TestBuild(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []string
-			for _, r := range rs.Rules[2:] {
+			n := len(rs.Rules)
+			for _, r := range rs.Rules[2 : n-2] {
 				got = append(got, r.text())
 			}
-			if rs.Rules[0].Kind != Loopback || rs.Rules[1].Kind != Established || strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
-				t.Errorf("rules %v, want loopback, established, %q", rs.Rules, tt.want)
+			if rs.Rules[0].Kind != Loopback || rs.Rules[1].Kind != Established || strings.Join(got, "\n") != strings.Join(tt.want, "\n") ||
+				rs.Rules[n-2].Kind != RejectTCP || rs.Rules[n-1].Kind != RejectAll {
+				t.Errorf("rules %v, want loopback, established, %q, the two rejects", rs.Rules, tt.want)
 			}
 		})
 	}
@@ -158,6 +161,30 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		{"second table", "add table inet other"},
 		{"second chain", "add chain inet aisb input { type filter hook input priority filter; policy accept; }"},
 		{"priority moved", "delete table inet aisb; add table inet aisb; add chain inet aisb output { type filter hook output priority 10; policy drop; }"},
+	} {
+		t.Run(tamper.name, func(t *testing.T) {
+			ns, c := installed(t, rs)
+			if out, err := ns.Command("nft", tamper.nft).CombinedOutput(); err != nil {
+				t.Fatalf("tamper: %v %s", err, out)
+			}
+			if err := rs.Verify(c); !errors.Is(err, ErrMismatch) {
+				t.Errorf("verify after %s = %v, want ErrMismatch", tamper.name, err)
+			}
+		})
+	}
+}
+
+// TestVerifyCatchesRedirectTampering: the transparent table's second chain
+// is read back as closely as the first.
+func TestVerifyCatchesRedirectTampering(t *testing.T) {
+	rs, _ := Build(goldenPolicies["transparent"])
+	for _, tamper := range []struct {
+		name string
+		nft  string
+	}{
+		{"redirect chain deleted", "flush chain inet aisb to_relay; delete chain inet aisb to_relay"},
+		{"redirect rule added", "add rule inet aisb to_relay meta skuid 1000 tcp dport 8080 dnat ip to 127.0.0.1:999"},
+		{"redirect target changed", "flush chain inet aisb to_relay; add rule inet aisb to_relay meta skuid 1000 udp dport 53 dnat ip to 198.51.100.10:53"},
 	} {
 		t.Run(tamper.name, func(t *testing.T) {
 			ns, c := installed(t, rs)

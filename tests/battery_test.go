@@ -24,7 +24,7 @@ type battery struct {
 	name    string
 	argv    string // in the sandbox
 	control string // the same target from a plain container; "" when the control is elsewhere (named in why)
-	want    string // "reach", "block", or "403"
+	want    string // "reach", "block", "403", or "local" (answered inside; nothing reached the upstream)
 	pasta   bool   // only under pasta (slirp4netns has no IPv6 by default)
 }
 
@@ -48,9 +48,12 @@ func TestEscapeBattery(t *testing.T) {
 				{"tcp-443", "probe tcp " + up + ":443", "probe tcp " + up + ":443", "block", false},
 				{"tcp-22", "probe tcp " + up + ":22", "probe tcp " + up + ":22", "block", false},
 				{"udp", "probe udp " + up + ":9999", "probe udp " + up + ":9999", "block", false},
-				{"dns-udp", "probe dns " + up + " allowed.test", "probe dns " + up + " allowed.test", "block", false},
-				{"dns-tcp", "probe dns-tcp " + up + " allowed.test", "probe dns-tcp " + up + " allowed.test", "block", false},
-				{"dns-resolv-conf", `probe dns "$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)" allowed.test`, `probe dns "$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)" allowed.test`, "block", false},
+				// DNS to any server is answered by the sandbox's own
+				// resolver (the relay), which never asks anyone: the
+				// upstream's resolver must not see the name (checked below).
+				{"dns-udp", "probe dns " + up + " tprefused.test", "probe dns " + up + " allowed.test", "local", false},
+				{"dns-tcp", "probe dns-tcp " + up + " tprefused.test", "probe dns-tcp " + up + " allowed.test", "local", false},
+				{"dns-resolv-conf", `probe dns "$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)" tprefused.test`, `probe dns "$(awk '/^nameserver/ {print $2; exit}' /etc/resolv.conf)" allowed.test`, "local", false},
 				{"icmp", "probe ping " + up, "probe ping " + up, "block", false},
 				{"ipv6", "probe tcp [" + up6 + "]:80", "probe tcp [" + up6 + "]:80", "block", true},
 				{"other-host-port", fmt.Sprintf("probe tcp %s:%d", m, otherPort), fmt.Sprintf("probe tcp %s:%d", m, otherPort), "block", false},
@@ -74,6 +77,10 @@ func TestEscapeBattery(t *testing.T) {
 				{"unlisted-name", px + " http://refused.test/", "probe http http://" + up + "/", "403", false},
 				{"unlisted-connect", px + " https://refused.test/", "probe http https://" + up + "/", "403", false},
 				{"connect-22", px + " https://allowed.test:22/", "probe tcp " + up + ":22", "403", false},
+				// Without the proxy: the relay carries the name to the gate.
+				{"noproxy-unlisted-http", "curl -sSf --max-time 10 --noproxy '*' http://tprefused.test/", "probe http http://" + up + "/", "403", false},
+				{"noproxy-unlisted-https", "curl -sSk --max-time 10 --noproxy '*' https://tprefused.test/", "probe http https://" + up + "/", "block", false},
+				{"noproxy-quic", `probe udp "$(getent ahostsv4 allowed.test | awk 'NR==1 {print $1}')":443`, "probe udp " + up + ":9999", "block", false},
 				{"http-8080", px + " http://allowed.test:8080/", "probe http http://" + up + ":8080/", "403", false},
 			}
 			for _, lit := range []string{up, "2130706433", "0x7f000001", "0177.0.0.1", "127.1", "[::1]", "[::ffff:7f00:1]", "[::ffff:c633:640a]"} {
@@ -146,6 +153,8 @@ func TestEscapeBattery(t *testing.T) {
 						t.Errorf("blocked, want reachable: %s", res.out)
 					case c.want == "block" && res.code == 0:
 						t.Errorf("ESCAPED: %s", res.out)
+					case c.want == "local" && (res.code != 0 || !strings.Contains(res.out, "answered")):
+						t.Errorf("not answered by the sandbox's resolver: %s", res.out)
 					case c.want == "403" && (res.code == 0 || !(strings.Contains(res.out, "403") || strings.Contains(res.out, "Forbidden"))):
 						t.Errorf("want the gate's 403, got %d %s", res.code, res.out)
 					}
@@ -176,13 +185,16 @@ func TestEscapeBattery(t *testing.T) {
 				if q == "refused.test" {
 					t.Errorf("the gate resolved the refused name refused.test")
 				}
+				if q == "tprefused.test" {
+					t.Errorf("a query for tprefused.test, asked only inside the sandbox, reached the upstream's resolver (ESCAPED)")
+				}
 			}
 			// The audit log has one line per gate request, with its rule.
 			rules := map[string]int{}
 			for _, e := range a.events(t) {
 				rules[e.Rule]++
 			}
-			wantRules := map[string]int{audit.RuleAllowed: 3, audit.RuleNotListed: 2, audit.RuleSSHNotListed: 1, audit.RulePort: 1, audit.RuleIPLiteral: 9, audit.RuleInternal: len(internalNames)}
+			wantRules := map[string]int{audit.RuleAllowed: 3, audit.RuleNotListed: 4, audit.RuleSSHNotListed: 1, audit.RulePort: 1, audit.RuleIPLiteral: 9, audit.RuleInternal: len(internalNames)}
 			for rule, n := range wantRules {
 				if rules[rule] != n {
 					t.Errorf("audit: %d events with rule %s, want %d (all %v)", rules[rule], rule, n, rules)

@@ -117,6 +117,8 @@ func TestCredentials(t *testing.T) {
 	cases := []scriptCase{
 		{"env", `printenv TEST_API_KEY; printenv TEST_BEARER`},
 		{"key", `curl -sS https://api.allowed.test/cred -H 'x-api-key: agent-sent' -H 'X-Api-Key: again'`},
+		// No proxy: the relay carries it to the gate, which sets the key the same way.
+		{"noproxy", `env -u https_proxy -u HTTPS_PROXY -u http_proxy -u HTTP_PROXY curl -sS --noproxy '*' https://api.allowed.test/cred-noproxy -H 'x-api-key: agent-sent'`},
 		{"bearer", `curl -sS https://www.allowed.test/bearer -H 'Authorization: Bearer agent-sent'`},
 		{"plainhttp", `curl -sS http://api.allowed.test/plain -H 'x-api-key: agent-sent'`},
 		{"keepalive", `curl -sSv https://api.allowed.test/ka1 https://api.allowed.test/ka2 2>&1 | grep -c -i 're-using existing'`},
@@ -153,6 +155,7 @@ func TestCredentials(t *testing.T) {
 	want("env", "aisb-placeholder-the-gate-sets-the-real-key aisb-placeholder-the-gate-sets-the-real-key")
 	want("key", "aisb-upstream https host=api.allowed.test path=/cred")
 	want("bearer", "aisb-upstream https host=www.allowed.test path=/bearer")
+	want("noproxy", "aisb-upstream https host=api.allowed.test path=/cred-noproxy")
 	want("keepalive", "1")
 	want("bumpcert", "aisb session CA")
 	want("splicecert", "aisb test upstream CA")
@@ -219,7 +222,7 @@ func TestCredentials(t *testing.T) {
 	for _, u := range upstreamRequests(t, mark) {
 		seen[u.Scheme+" "+u.Path] = u
 	}
-	for path, hdr := range map[string][2]string{"/cred": {"X-Api-Key", key}, "/bearer": {"Authorization", "Bearer " + bearer}, "/node": {"X-Api-Key", key}, "/ka2": {"X-Api-Key", key}} {
+	for path, hdr := range map[string][2]string{"/cred": {"X-Api-Key", key}, "/cred-noproxy": {"X-Api-Key", key}, "/bearer": {"Authorization", "Bearer " + bearer}, "/node": {"X-Api-Key", key}, "/ka2": {"X-Api-Key", key}} {
 		u, ok := seen["https "+path]
 		if !ok {
 			t.Errorf("the upstream got no https %s", path)

@@ -218,6 +218,11 @@ func TestLiveAllowDeny(t *testing.T) {
 	if code, _, out := s.do(viaGate("https://another.test/")); code != 0 {
 		t.Errorf("after aisb allow: a tunnel to another.test refused: %s", out)
 	}
+	// Without the proxy, through the relay: the same live decision.
+	noproxy := `env -u http_proxy -u https_proxy -u HTTP_PROXY -u HTTPS_PROXY curl -sSk --max-time 20 --noproxy '*' -o /dev/null -w 'status %{http_code}' https://another.test/`
+	if code, _, out := s.do(noproxy); code != 0 || !strings.Contains(out, "status 200") {
+		t.Errorf("after aisb allow: another.test without the proxy: %d %s", code, out)
+	}
 	ps := a.ps(t)
 	if len(ps) != 1 || strings.Join(ps[0].Allowlist, ",") != "allowed.test,another.test" || ps[0].Mode != "allow" || ps[0].GatePort == 0 || ps[0].Project != a.project {
 		t.Errorf("aisb ps: %+v", ps)
@@ -235,6 +240,9 @@ func TestLiveAllowDeny(t *testing.T) {
 	}
 	if code, _, out := s.do(viaGate("http://another.test/")); code == 0 {
 		t.Errorf("after aisb deny: another.test admitted: %s", out)
+	}
+	if code, _, out := s.do(noproxy); code == 0 {
+		t.Errorf("after aisb deny: another.test admitted without the proxy: %s", out)
 	}
 	if r := a.run(t, "deny", "allowed.test"); r.Code == 0 || !strings.Contains(r.Stderr, "listed since the session started") {
 		t.Errorf("deny of a start entry: %s", r)
@@ -300,7 +308,7 @@ func TestLiveAllowDeny(t *testing.T) {
 	if got, want := strings.Join(changes, ","), "allow another.test,deny another.test,allow "+up+",allow private.test"; got != want {
 		t.Errorf("audit policy changes:\n got %s\nwant %s", got, want)
 	}
-	if got, want := strings.Join(requests, ","), "not_listed another.test,allowed another.test,allowed another.test,not_listed another.test,ip_literal "+up+",allowed "+up+",internal private.test,ip_literal "+private; got != want {
+	if got, want := strings.Join(requests, ","), "not_listed another.test,allowed another.test,allowed another.test,allowed another.test,not_listed another.test,not_listed another.test,ip_literal "+up+",allowed "+up+",internal private.test,ip_literal "+private; got != want {
 		t.Errorf("audit requests:\n got %s\nwant %s", got, want)
 	}
 }

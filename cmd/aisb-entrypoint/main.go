@@ -2,6 +2,7 @@
 // the network namespace, drops every privilege and execs the command. As
 // `aisb-entrypoint connect HOST PORT` it is the sandbox's ssh ProxyCommand; as
 // `table` and `pod` the init and agent containers of a Kubernetes pod (aisb kube).
+// `aisb-entrypoint relay`, started by itself, a transparent sandbox's relay.
 package main
 
 import (
@@ -21,6 +22,9 @@ func main() {
 		case "pod": // a pod's agent container (aisb kube)
 			os.Exit(entrypoint.NewPod().PodMain(os.Args[2:]))
 		}
+	}
+	if len(os.Args) == 2 && os.Args[1] == "relay" {
+		os.Exit(entrypoint.RelayMain(os.Stderr))
 	}
 	os.Exit(entrypoint.New().Main(os.Args[1:]))
 }

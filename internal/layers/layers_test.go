@@ -28,6 +28,9 @@ var forbidden = map[string][]string{
 	"internal/allowlist": {mod + "internal/config", mod + "gate", mod + "ruleset", mod + "internal/engine", mod + "internal/harness"},
 	// The sandbox's ssh ProxyCommand, linked into aisb-entrypoint: a leaf.
 	"entrypoint/tunnel": {mod, "github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli"},
+	// A transparent sandbox's resolver and relay, linked into
+	// aisb-entrypoint: networking only; the entrypoint hardens its process.
+	"entrypoint/relay": {"github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli", "github.com/google/nftables", mod + "internal/", mod + "gate", mod + "ruleset"},
 	// What the project directory is and holds: files only, no Podman, no configuration.
 	"internal/project":    {mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", mod + "internal/live", "github.com/containers/"},
 	"internal/knownhosts": {mod + "internal/config", mod + "internal/engine", mod + "gate", mod + "internal/sandbox", mod + "internal/session", "github.com/containers/"},

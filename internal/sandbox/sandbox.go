@@ -46,9 +46,10 @@ func networkFlag(mode contract.Mode, helper string) string {
 }
 
 // EntrypointCaps are all the entrypoint needs for its first moments: the
-// table (NET_ADMIN), then the drop (SETUID, SETGID, SETPCAP). It gives them up
-// before the command runs.
-var EntrypointCaps = []string{"NET_ADMIN", "SETUID", "SETGID", "SETPCAP"}
+// table (NET_ADMIN), a transparent sandbox's relay ports below 1024
+// (NET_BIND_SERVICE), then the drop (SETUID, SETGID, SETPCAP). It gives them
+// up before the command runs.
+var EntrypointCaps = []string{"NET_ADMIN", "NET_BIND_SERVICE", "SETUID", "SETGID", "SETPCAP"}
 
 // Rlimit is one POSIX resource limit for the rlimit fallback.
 type Rlimit struct {
@@ -137,6 +138,12 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	}
 	s.NetNS, s.Networks, s.NetworkOptions = ns, nets, netOpts
 	s.HostAdd = o.HostAdd
+	if o.Mode == contract.ModeAllow {
+		// Ports below 1024 stay root's in the sandbox's namespace: the
+		// relay's (entrypoint/relay) are bound there, and should it die
+		// the agent could not take them (the entrypoint checks it).
+		s.Sysctl = map[string]string{"net.ipv4.ip_unprivileged_port_start": "1024"}
+	}
 	// The sandbox needs no resolver (the gate resolves) and its table drops
 	// DNS; resolv.conf names network.dns when set, like the gate uses.
 	s.DNSServers = o.DNS

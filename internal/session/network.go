@@ -65,6 +65,9 @@ func (r *run) openNetwork(ctx context.Context) error {
 		// The sandbox starts while its own gate still starts; the
 		// entrypoint execs the command only once ready has told it.
 		p.AwaitGate = o.GateName == ""
+		// Programs that ignore the proxy variables reach the gate too,
+		// through the relay the entrypoint starts (entrypoint/relay).
+		p.Transparent = true
 		n.awaited = p.AwaitGate
 		if sg.caCert() != nil {
 			// The sandbox trusts the gate for the credential hosts.
