@@ -72,6 +72,8 @@ func TestBuild(t *testing.T) {
 		{"gate uid in none", contract.Policy{Version: 1, Mode: contract.ModeNone, GateUID: 13}, nil, contract.ErrPolicy},
 		{"gate uid is the agent's", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: contract.AgentUID}, nil, contract.ErrPolicy},
 		{"gate uid awaited", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13, AwaitGate: true}, nil, contract.ErrPolicy},
+		{"gate uid is the relay's", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: contract.RelayUID}, nil, contract.ErrPolicy},
+		{"gate uid transparent", contract.Policy{Version: 1, Mode: contract.ModeAllow, Gate: ptr(ep("127.0.0.1:3128")), GateUID: 13, Transparent: true}, nil, contract.ErrPolicy},
 		{"open", contract.Policy{Version: 1, Mode: contract.ModeOpen}, nil, ErrOpen},
 		{"version", contract.Policy{Version: 2, Mode: contract.ModeNone}, nil, contract.ErrPolicy},
 		{"mode", contract.Policy{Version: 1, Mode: "wide"}, nil, contract.ErrPolicy},
