@@ -1,5 +1,5 @@
 // The credential tests and their helpers (the upstream's headers log, the
-// gate-file check, the pi request) in one file of about 440 lines: they
+// gate-file check, the pi loop) in one file of about 440 lines: they
 // share the user configuration and the test upstream's CA.
 
 package tests
@@ -264,56 +264,13 @@ func TestCredentials(t *testing.T) {
 	})
 }
 
-// piModels points pi's built-in Anthropic provider at the test upstream,
-// which the user config below makes a credential host for the key pi reads.
-const piModels = `{"providers": {"anthropic": {"baseUrl": "https://api.allowed.test"}}}`
-
 // TestCredentialsPiHarness: the pi harness starts in a sandbox that trusts
-// the session CA, and a request it makes (offline: its Anthropic provider
-// pointed at the test upstream) passes the bump with Node's own TLS; the
-// key arrives from the gate, the sandbox held the placeholder.
+// the session CA and runs one real agent loop (harness_test.go) against the
+// test upstream's scripted model, with Node's own TLS through the bump: the
+// key arrives from the gate, the sandbox held the placeholder, and pi's
+// write tool left its file in the project.
 func TestCredentialsPiHarness(t *testing.T) {
-	cfg := dnsConfig() + `allowed_hosts = ["allowed.test"]
-upstream_ca = ["` + filepath.Join(testhost.StateDir, "ca.pem") + `"]
-
-[[credentials]]
-host = "api.allowed.test"
-header = "x-api-key"
-env = "ANTHROPIC_API_KEY"
-`
-	a := newAisb(t, testhost.BaseImage, cfg)
-	key := "REALPIKEY-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	script := `mkdir -p ~/.pi/agent && printf '%s' '` + piModels + `' >~/.pi/agent/models.json
-pi --version; echo "version=$?"
-echo "key=$ANTHROPIC_API_KEY"
-timeout 120 pi -p --provider anthropic "say hi" </dev/null >/tmp/pi.out 2>&1; echo "request=$?"
-`
-	writeUserFile(t, filepath.Join(a.project, "pi.sh"), script)
-	mark := headersMark(t)
-	r := a.runEnv(t, []string{"ANTHROPIC_API_KEY=" + key}, "run", "--harness", "pi", "--fresh", "--", "sh", "/project/pi.sh")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "version=0") {
-		t.Fatalf("pi --version in a sandbox with the session CA: %s", r)
-	}
-	if !strings.Contains(r.Stdout, "key=aisb-placeholder-the-gate-sets-the-real-key") {
-		t.Errorf("pi's key inside the sandbox: %s", r.Stdout)
-	}
-	var got []upstreamRequest
-	for _, u := range upstreamRequests(t, mark) {
-		if u.Host == "api.allowed.test" && strings.HasPrefix(u.Path, "/v1/messages") {
-			got = append(got, u)
-		}
-	}
-	if len(got) == 0 {
-		t.Fatalf("pi's request never reached the upstream through the bump: %s", r)
-	}
-	for _, u := range got {
-		if k := u.Headers["X-Api-Key"]; len(k) != 1 || k[0] != key {
-			t.Errorf("pi's request arrived with x-api-key %q, want the real key only", k)
-		}
-		if u.Scheme != "https" {
-			t.Errorf("pi's request arrived over %s", u.Scheme)
-		}
-	}
+	harnessLoop(t, loopCases["pi"])
 }
 
 // gateFileCheck is what checkGateFiles saw of a running session's gate.

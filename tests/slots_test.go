@@ -18,8 +18,11 @@ import (
 // only starts in its declared order, as before.
 var slowFirst = []string{
 	"TestEntrypointInRootlessContainer", // ~100: every network helper, every probe
+	"TestHarnessLoopClaude",             // ~60 each: a harness image from nothing (an npm install)
 	"TestEscapeBattery",                 // ~100: every escape, with its control
-	"TestStateImport",                   // ~80 each: the state tests build the pi image's state
+	"TestHarnessLoopCodex",
+	"TestStateImport", // ~80 each: the first builds the pi image the others wait for
+	"TestHarnessLoopOpencode",
 	"TestStateHarnessScope",
 	"TestStateKeptPerProject",
 	"TestLiveAgentCannotSteer",

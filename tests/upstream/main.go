@@ -2,7 +2,8 @@
 // inside its own network namespace (see tests/host/upstream.sh) and answers
 // HTTP on 80 and 8080, HTTPS on 443 with a certificate of its own test CA
 // (written to -ca, for gates that verify upstreams), a banner on 22 and UDP
-// echo on 9999, logging every connection so tests can prove what reached it
+// echo on 9999, a scripted model for harnesses' agent loops (model.go),
+// logging every connection so tests can prove what reached it
 // and what did not, and every request's headers (to -headers) so tests
 // can prove which credential arrived.
 package main
@@ -84,6 +85,22 @@ func main() {
 		headersMu.Lock()
 		headers.Write(append(b, '\n'))
 		headersMu.Unlock()
+		// The scripted model (model.go), for a harness's agent loop: each
+		// test points its harness at a base URL of its own (/pi/v1/...).
+		if api := r.URL.Path; strings.HasSuffix(api, "/v1/messages") || strings.HasSuffix(api, "/v1/responses") {
+			body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			logger.Printf("%s model %s host=%s from=%s", scheme, api, r.Host, r.RemoteAddr)
+			if strings.HasSuffix(api, "/v1/messages") {
+				messages(w, body)
+			} else {
+				responses(w, body)
+			}
+			return
+		}
 		switch r.URL.Path {
 		case "/sse":
 			sse(w, r)
