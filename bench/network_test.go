@@ -66,9 +66,27 @@ func (u *netUser) probe(b *testing.B, gated bool, out any, args ...string) {
 	}
 }
 
+// direct is the start of `aisb run` through the gate with every proxy
+// variable unset: the probe's connections take the transparent path (the
+// sandbox's resolver and relay), not the proxy.
+func (u *netUser) direct() []string {
+	argv := append(u.session(true), "env")
+	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"} {
+		argv = append(argv, "-u", v)
+	}
+	return argv
+}
+
 func (u *netUser) tryProbe(b *testing.B, gated bool, out any, args ...string) error {
 	b.Helper()
-	argv := append(append(u.session(gated), "/project/probe", args[0], "-ca", "/project/ca.pem"), args[1:]...)
+	return u.tryProbeFrom(b, u.session(gated), out, args...)
+}
+
+// tryProbeFrom runs the probe after start (a session's argv up to its
+// command) and decodes what it printed into out.
+func (u *netUser) tryProbeFrom(b *testing.B, start []string, out any, args ...string) error {
+	b.Helper()
+	argv := append(append(slices.Clone(start), "/project/probe", args[0], "-ca", "/project/ca.pem"), args[1:]...)
 	stdout, _, err := u.output(u.uri, argv...)
 	if err != nil {
 		return err
@@ -245,4 +263,55 @@ func BenchmarkStreamFirstEvent(b *testing.B) {
 	gb, ob := median(gatedByte), median(openByte)
 	report(figure{part: partNetwork, what: "the same, from the request sent to the response's first byte", measured: fmtMs1(gb), baseline: "`--net open`: " + fmtMs1(ob),
 		ratio: float64(gb) / float64(ob), goal: atMost(5, "within 5 ms"), value: ms(gb - ob)})
+}
+
+// BenchmarkTransparentPath: what the transparent path (no proxy variables:
+// the sandbox's resolver and relay carry the connection to the gate by
+// name) costs against the proxy path in the same kind of session: 200 small
+// HTTPS requests, a new connection each, and one 1 GiB download, in
+// alternating rounds.
+func BenchmarkTransparentPath(b *testing.B) {
+	u := newNetUser(b)
+	paths := []struct {
+		name  string
+		start []string
+	}{{"proxy", u.session(true)}, {"direct", u.direct()}}
+	lat := map[string][]time.Duration{}
+	for round := 0; round < 2; round++ {
+		for _, p := range paths {
+			var l struct{ Micros []int64 }
+			if err := u.tryProbeFrom(b, p.start, &l, "latency", "-n", "100", "-warm", "5", upstreamURL+"/"); err != nil {
+				b.Fatalf("%s path: %v", p.name, err)
+			}
+			lat[p.name] = append(lat[p.name], micros(l.Micros)...)
+		}
+	}
+	dm, pm := percentile(lat["direct"], 0.5), percentile(lat["proxy"], 0.5)
+	report(figure{part: partNetwork, what: fmt.Sprintf("a small HTTPS request without proxy variables (the transparent path), new connection each, median of %d", len(lat["direct"])),
+		measured: fmtMs1(dm), baseline: "through the proxy variables: " + fmtMs1(pm), ratio: float64(dm) / float64(pm),
+		goal: atMost(1, "median +1 ms or less"), value: ms(dm - pm)})
+	const size = 1 << 30
+	mbs := map[string][]float64{}
+	for round := 0; round < 3; round++ {
+		for _, p := range paths {
+			var d struct {
+				Bytes   int64
+				Seconds float64
+			}
+			if err := u.tryProbeFrom(b, p.start, &d, "download", "-n", "1", upstreamURL+"/bytes/"+strconv.Itoa(size)); err != nil {
+				b.Fatalf("%s path: %v", p.name, err)
+			}
+			if d.Bytes != size {
+				b.Fatalf("%s path: %d bytes received, want %d", p.name, d.Bytes, size)
+			}
+			mbs[p.name] = append(mbs[p.name], float64(d.Bytes)/d.Seconds/1e6)
+		}
+	}
+	slices.Sort(mbs["direct"])
+	slices.Sort(mbs["proxy"])
+	dt, pt := mbs["direct"][1], mbs["proxy"][1]
+	report(figure{part: partNetwork, what: "one 1 GiB HTTPS download without proxy variables (the transparent path)",
+		measured: fmt.Sprintf("%.0f MB/s", dt), baseline: fmt.Sprintf("through the proxy variables: %.0f MB/s", pt),
+		ratio: dt / pt, goal: atLeast(0.95, "≥ 0.95"), value: dt / pt})
+	note("\nThe transparent path adds %+.2f ms to a request's median against the proxy path.\n", ms(dm-pm))
 }
