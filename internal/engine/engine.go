@@ -178,7 +178,7 @@ func (c *Conn) startPrivate(runtimeDir string) error {
 		cmd.Stdout, cmd.Stderr = f, f
 		defer f.Close()
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	cmd.SysProcAttr = diesWithParent(&syscall.SysProcAttr{Setpgid: true})
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start podman service: %w", err)
 	}
