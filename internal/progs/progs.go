@@ -9,6 +9,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -93,6 +94,10 @@ func Check(p, arch string) error {
 		return fmt.Errorf("%s at %s: %w: linux/%s (only %s)", name, p, ErrUnknownArch, arch, known())
 	}
 	f, err := elf.Open(p)
+	var ferr *elf.FormatError
+	if errors.As(err, &ferr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%s at %s: %w: not a Linux program (%v); build it with GOOS=linux GOARCH=%s", name, p, ErrWrongArch, err, arch)
+	}
 	if err != nil {
 		return fmt.Errorf("%s at %s: %w", name, p, err)
 	}

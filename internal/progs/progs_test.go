@@ -65,8 +65,8 @@ func TestCheckRefusesWrongArch(t *testing.T) {
 	}
 	script := filepath.Join(dir, "script")
 	os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755)
-	if err := Check(script, runtime.GOARCH); err == nil {
-		t.Errorf("Check accepted a shell script")
+	if err := Check(script, runtime.GOARCH); !errors.Is(err, ErrWrongArch) {
+		t.Errorf("Check(shell script) = %v, want %v", err, ErrWrongArch)
 	}
 }
 
