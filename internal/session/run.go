@@ -121,10 +121,10 @@ func plan(o Options) (*run, error) {
 func (r *run) connect(ctx context.Context) error {
 	o := r.o
 	// The walk of the project and the hashing of the images' inputs run
-	// while Podman gets ready.
-	// The programs for the engine's containers are found for its
-	// architecture: known at once for a Podman of this host, else asked
-	// once connected (a Mac's engine is a VM's).
+	// while Podman gets ready. The programs for the engine's containers
+	// are found for its architecture: known at once for a Podman of this
+	// host, else asked once connected (a Mac's engine is a VM's), and the
+	// hashing waits for that.
 	var specs func() ([]image.Hashed, error)
 	arch, local := engine.HostArch(o.Where)
 	if local {
