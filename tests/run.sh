@@ -38,10 +38,14 @@ alone="^($(pattern ""))\$"
 last="^($(pattern last))\$"
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
-#    debootstrap, the compiler on the CPU.
+#    debootstrap, the compiler on the CPU. Beside the host's build, the
+#    builds for the machines users have are vetted, and those the issue
+#    names linked (tests/cross.sh check: darwin and linux/arm64).
 bash tests/host/setup.sh >"$out/setup.log" 2>&1 &
 setup=$!
 build_ok=1
+TAGS="$TAGS" GO="$GO" bash tests/cross.sh check >"$out/cross.log" 2>&1 &
+cross=$!
 {
 	$GO build -o "$out/gotest" ./tests/gotest &&
 		$GO vet -tags "$TAGS" ./... &&
@@ -50,13 +54,18 @@ build_ok=1
 		AISB_INTEGRATION=0 $GO test -tags "$TAGS" -list "$alone" ./tests | grep '^Test' | sort >"$out/alone.found" &&
 		pattern "" | tr '|' '\n' | sort | diff - "$out/alone.found"
 } >"$out/build.log" 2>&1 || build_ok=0
+printf "test: the host's build and vet ended after %d s\n" $(($(date +%s) - phase_start))
+if ! wait "$cross"; then
+	build_ok=0
+	cat "$out/cross.log" >>"$out/build.log"
+fi
 phase "build and vet"
 setup_ok=1
 wait "$setup" || setup_ok=0
 phase "host set-up (beside the build)"
 if [ "$build_ok" = 0 ]; then
 	cat "$out/build.log" >&2
-	echo "test: the build or vet failed, or tests/alone names a test that does not exist" >&2
+	echo "test: the build or vet failed (here or for another machine: tests/cross.sh), or tests/alone names a test that does not exist" >&2
 	exit 1
 fi
 if [ "$setup_ok" = 0 ]; then

@@ -9,7 +9,6 @@ import (
 
 	"github.com/aisb-dev/aisb/internal/config"
 	"github.com/aisb-dev/aisb/internal/doctor"
-	"github.com/aisb-dev/aisb/internal/sandbox"
 )
 
 func doctorCommand(e *appEnv) *cli.Command {
@@ -38,11 +37,7 @@ EXAMPLE:
 			if err != nil {
 				return err
 			}
-			ep, err := sandbox.FindEntrypoint(e.entrypoint)
-			if err != nil {
-				return err
-			}
-			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: ep,
+			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: e.entrypoint,
 				Where: e.where, Paths: e.paths, Logf: e.logf, Builds: e.builds(c)})
 			if c.Bool("json") {
 				if err := encodeEach(c.App.Writer, rep.Checks); err != nil {

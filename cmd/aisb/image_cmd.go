@@ -11,6 +11,7 @@ import (
 	"github.com/aisb-dev/aisb/internal/config"
 	"github.com/aisb-dev/aisb/internal/harness"
 	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/progs"
 	"github.com/aisb-dev/aisb/internal/sandbox"
 )
 
@@ -57,7 +58,16 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	ep, err := sandbox.FindEntrypoint(e.entrypoint)
+	conn, err := connectAndReap(c, e)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	arch, err := conn.Arch(c.Context)
+	if err != nil {
+		return err
+	}
+	ep, err := progs.Find(progs.Entrypoint, arch, e.entrypoint)
 	if err != nil {
 		return err
 	}
@@ -65,11 +75,6 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	for _, spec := range []image.Spec{sandbox.ImageSpec(r.Config.Sandbox.BaseImage, h, epFile), gate.ImageSpec(r.Config.Sandbox.BaseImage)} {
 		start := time.Now()
 		tag, built, err := image.Ensure(conn, spec, image.Build{LockDir: e.paths.LockDir(), Output: e.builds(c), Logf: e.logf})

@@ -104,10 +104,6 @@ func runAction(c *cli.Context, e *appEnv) error {
 	if name := c.String("gate"); name != "" {
 		sayGateLimits(e.logf, name, c.StringSlice("allow"), r)
 	}
-	ep, err := sandbox.FindEntrypoint(e.entrypoint)
-	if err != nil {
-		return err
-	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -117,7 +113,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), AllowProjectSockets: c.Bool("allow-project-sockets"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
-		Entrypoint: ep, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, StatusReader: []string{self, "internal-read-status"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace, Builds: e.builds(c),
+		Entrypoint: e.entrypoint, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, StatusReader: []string{self, "internal-read-status"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace, Builds: e.builds(c),
 		Logf: e.logf, Stdin: c.App.Reader, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {

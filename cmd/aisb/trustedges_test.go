@@ -7,13 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestMain lets a test run aisb in a child process of its own (the test
@@ -118,29 +115,6 @@ func TestProjectModeNarrowingReported(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "network.mode") || !strings.Contains(stderr, `"none"`) {
 		t.Errorf("mode narrowed silently: exit %d, stderr %q", code, stderr)
 	}
-}
-
-// openPTY returns a pseudo-terminal's controlling side and its terminal.
-func openPTY(t *testing.T) (ptm, pts *os.File) {
-	t.Helper()
-	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	t.Cleanup(func() { ptm.Close() })
-	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(ptm.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pts, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pts.Close() })
-	return ptm, pts
 }
 
 // trustOnTerminal runs `aisb trust` with a terminal as stdin on which the

@@ -46,7 +46,7 @@ type Check struct {
 type Options struct {
 	BaseImage  string
 	Helper     string // "" to detect, as aisb run does
-	Entrypoint string // the aisb-entrypoint binary
+	Entrypoint string // the aisb-entrypoint binary ($AISB_ENTRYPOINT); "": found for the engine
 	Where      engine.Where
 	Paths      state.Paths
 	Logf       func(format string, args ...any)

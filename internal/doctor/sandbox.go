@@ -15,6 +15,7 @@ import (
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/harness"
 	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/progs"
 	"github.com/aisb-dev/aisb/internal/sandbox"
 	"github.com/aisb-dev/aisb/internal/state"
 )
@@ -40,7 +41,17 @@ family packet AF_PACKET SOCK_DGRAM
 
 func sandboxChecks(ctx context.Context, r *Report, c engine.Engine, o Options, helper string) {
 	shell, _ := harness.Lookup("shell")
-	ep, err := image.Digest(o.Entrypoint, o.Paths.DigestDir())
+	arch, err := c.Arch(ctx)
+	if err != nil {
+		r.add("sandbox image", Fail, "%v", err)
+		return
+	}
+	path, err := progs.Find(progs.Entrypoint, arch, o.Entrypoint)
+	if err != nil {
+		r.add("sandbox image", Fail, "%v", err)
+		return
+	}
+	ep, err := image.Digest(path, o.Paths.DigestDir())
 	if err != nil {
 		r.add("sandbox image", Fail, "read aisb-entrypoint: %v", err)
 		return

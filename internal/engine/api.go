@@ -75,6 +75,10 @@ type Engine interface {
 	// LocalRuntimeDir is the user's runtime directory when the service runs
 	// on this host; empty otherwise.
 	LocalRuntimeDir() string
+	// Arch is the architecture (GOARCH's name) of the machine the service
+	// runs containers on: known without a call for a Podman of this Linux
+	// host (HostArch), else asked of the service once.
+	Arch(ctx context.Context) (string, error)
 	// Alive says whether the service still listens.
 	Alive() bool
 }

@@ -55,6 +55,7 @@ type Conn struct {
 	runDir  string   // the user's runtime directory, for a service on a unix socket
 	shared  bool     // aisb's shared service (see shared.go)
 	users   *os.File // held (shared lock) while this process uses it
+	arch    string   // the engine's architecture, once known (arch.go)
 }
 
 // Where says how to reach Podman; the caller reads the environment once.
@@ -73,6 +74,7 @@ type Where struct {
 // this process, which exits with aisb (parent-death signal) and on Close.
 func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c := &Conn{}
+	c.arch, _ = HostArch(w)
 	if w.RuntimeDir != "" {
 		c.lockDir = filepath.Join(w.RuntimeDir, "aisb")
 	}
@@ -178,7 +180,7 @@ func (c *Conn) startPrivate(runtimeDir string) error {
 		cmd.Stdout, cmd.Stderr = f, f
 		defer f.Close()
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+	cmd.SysProcAttr = diesWithParent(&syscall.SysProcAttr{Setpgid: true})
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start podman service: %w", err)
 	}

@@ -44,7 +44,7 @@ func Keep(ctx context.Context, sock string, idle time.Duration, out io.Writer) e
 	cmd := exec.Command(podman, "system", "service", "--time=0", "unix://"+sock)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = capped, capped
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = diesWithParent(&syscall.SysProcAttr{})
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("podman service: %w", err)
 	}

@@ -9,8 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aisb-dev/aisb/internal/safefile"
 )
@@ -56,11 +57,11 @@ func digest(path, cacheDir string, now func() time.Time) (File, error) {
 		return File{}, err
 	}
 	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return File{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return File{}, fmt.Errorf("%s: not a regular file", path)
 	}
 	id := identity(&st)
@@ -81,8 +82,8 @@ func digest(path, cacheDir string, now func() time.Time) (File, error) {
 	}
 	// A file written while it was read has a digest of no content of its
 	// own: refused, and not remembered.
-	var after syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &after); err != nil || identity(&after) != id {
+	var after unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &after); err != nil || identity(&after) != id {
 		return File{}, fmt.Errorf("%s: %w", path, ErrInputChanged)
 	}
 	var sum [32]byte
@@ -94,13 +95,13 @@ func digest(path, cacheDir string, now func() time.Time) (File, error) {
 }
 
 // identity is what a remembered digest is kept under.
-func identity(st *syscall.Stat_t) string {
+func identity(st *unix.Stat_t) string {
 	return fmt.Sprintf("%d %d %d %d %d", st.Dev, st.Ino, st.Size, st.Mtim.Nano(), st.Ctim.Nano())
 }
 
 // racy reports whether the file changed too recently for its stamps to
 // tell a later change apart.
-func racy(st *syscall.Stat_t, now time.Time) bool {
+func racy(st *unix.Stat_t, now time.Time) bool {
 	limit := now.Add(-racyWithin).UnixNano()
 	return st.Mtim.Nano() > limit || st.Ctim.Nano() > limit
 }
@@ -120,11 +121,11 @@ func cacheUsable(dir string) bool {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return false
 	}
-	var st syscall.Stat_t
-	if err := syscall.Lstat(dir, &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
 		return false
 	}
-	return st.Mode&syscall.S_IFMT == syscall.S_IFDIR && int(st.Uid) == os.Getuid() && st.Mode&0o077 == 0
+	return st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == os.Getuid() && st.Mode&0o077 == 0
 }
 
 // entryVersion starts every entry: "v1 IDENTITY SUM".

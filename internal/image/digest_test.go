@@ -7,9 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // later is a clock past the racy window of files the test just wrote.
@@ -177,8 +178,8 @@ func TestBuildRefusesChangedInput(t *testing.T) {
 
 func ctime(t *testing.T, p string) int64 {
 	t.Helper()
-	var st syscall.Stat_t
-	if err := syscall.Stat(p, &st); err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
 		t.Fatal(err)
 	}
 	return st.Ctim.Nano()

@@ -26,6 +26,8 @@ var forbidden = map[string][]string{
 	"internal/netaddr":   {mod},
 	"internal/state":     {mod},
 	"internal/allowlist": {mod + "internal/config", mod + "gate", mod + "ruleset", mod + "internal/engine", mod + "internal/harness"},
+	// Finding the programs for the engine's machine: the standard library's ELF reader, nothing else.
+	"internal/progs": {mod, "github.com/", "golang.org/x/"},
 	// The sandbox's ssh ProxyCommand, linked into aisb-entrypoint: a leaf.
 	"entrypoint/tunnel": {mod, "github.com/containers/", "github.com/BurntSushi/toml", "github.com/urfave/cli"},
 	// A transparent sandbox's resolver and relay, linked into

@@ -9,24 +9,6 @@ import (
 	"github.com/aisb-dev/aisb/gate/squidconf"
 )
 
-// FindHelper returns the aisb-gatehelper binary: override ($AISB_GATEHELPER)
-// when set, else the one next to the running aisb (where make and go install
-// put it).
-func FindHelper(override string) (string, error) {
-	if override != "" {
-		return override, nil
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("find aisb-gatehelper: %w", err)
-	}
-	p := filepath.Join(filepath.Dir(self), squidconf.HelperProgram)
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("find aisb-gatehelper: not next to aisb at %s; build it with make, or go install ./cmd/... (or set AISB_GATEHELPER)", p)
-	}
-	return p, nil
-}
-
 // PrepareHelperDir creates dir (0700, the user's alone) holding a copy of the
 // helper binary; the session's helper socket is created there too, and the
 // gate mounts it read-only.

@@ -11,8 +11,6 @@ import (
 	"net"
 	"os"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Control operations.
@@ -84,16 +82,16 @@ func peerOf(c net.Conn) (peer, error) {
 	if err != nil {
 		return peer{}, err
 	}
-	var cred *unix.Ucred
+	var p peer
 	var cerr error
-	err = raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	err = raw.Control(func(fd uintptr) { p, cerr = peerCred(int(fd)) })
 	if err != nil {
 		return peer{}, err
 	}
 	if cerr != nil {
 		return peer{}, cerr
 	}
-	return peer{uid: int(cred.Uid), pid: int(cred.Pid)}, nil
+	return p, nil
 }
 
 // listen creates a UNIX socket at path, replacing only a stale socket (never

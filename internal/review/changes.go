@@ -227,18 +227,18 @@ func (c *computer) entry(p string, opaque bool) error {
 		if err != nil {
 			return err
 		}
-		ch := Change{Path: p, Type: "dir", Mode: octal(us.Mode), mode: us.Mode & 0o7777}
+		ch := Change{Path: p, Type: "dir", Mode: octal(uint32(us.Mode)), mode: uint32(us.Mode) & 0o7777}
 		switch {
 		case !hok:
 			ch.Kind = Added
 			c.out = append(c.out, ch)
 		case hdir:
-			if hs.Mode&0o7777 != us.Mode&0o7777 {
-				ch.Kind, ch.OldMode, ch.oldMode = ModeOnly, octal(hs.Mode), hs.Mode&0o7777
+			if uint32(hs.Mode)&0o7777 != uint32(us.Mode)&0o7777 {
+				ch.Kind, ch.OldMode, ch.oldMode = ModeOnly, octal(uint32(hs.Mode)), uint32(hs.Mode)&0o7777
 				c.out = append(c.out, ch)
 			}
 		default:
-			ch.Kind, ch.OldType = Modified, typeOf(hs.Mode)
+			ch.Kind, ch.OldType = Modified, typeOf(uint32(hs.Mode))
 			c.out = append(c.out, ch)
 		}
 		return c.walk(p, (opaque || opq) && hdir)
@@ -252,7 +252,7 @@ func (c *computer) entry(p string, opaque bool) error {
 
 // leaf compares a file or symlink of the upper layer with the host's path.
 func (c *computer) leaf(p string, us, hs *unix.Stat_t, hok, hdir bool) error {
-	ch := Change{Path: p, Type: typeOf(us.Mode), Mode: octal(us.Mode), mode: us.Mode & 0o7777, Size: us.Size}
+	ch := Change{Path: p, Type: typeOf(uint32(us.Mode)), Mode: octal(uint32(us.Mode)), mode: uint32(us.Mode) & 0o7777, Size: us.Size}
 	var newData, oldData []byte
 	if ch.Type == "symlink" {
 		t, err := c.upper.readlink(p)
@@ -280,7 +280,7 @@ func (c *computer) leaf(p string, us, hs *unix.Stat_t, hok, hdir bool) error {
 			return err
 		}
 	default:
-		ch.OldType, ch.OldMode, ch.oldMode, ch.OldSize = typeOf(hs.Mode), octal(hs.Mode), hs.Mode&0o7777, hs.Size
+		ch.OldType, ch.OldMode, ch.oldMode, ch.OldSize = typeOf(uint32(hs.Mode)), octal(uint32(hs.Mode)), uint32(hs.Mode)&0o7777, hs.Size
 		oldIsFile = ch.OldType == "file"
 		if ch.OldType == "symlink" {
 			t, err := c.host.readlink(p)
@@ -338,7 +338,7 @@ func (c *computer) deleted(p string, within bool) error {
 	if err != nil || !ok {
 		return err
 	}
-	ch := Change{Path: p, Kind: Deleted, Type: typeOf(hs.Mode), OldMode: octal(hs.Mode), oldMode: hs.Mode & 0o7777, OldSize: hs.Size, Within: within}
+	ch := Change{Path: p, Kind: Deleted, Type: typeOf(uint32(hs.Mode)), OldMode: octal(uint32(hs.Mode)), oldMode: uint32(hs.Mode) & 0o7777, OldSize: hs.Size, Within: within}
 	if ch.Type == "symlink" {
 		ch.OldMode, ch.oldMode = "", 0
 		if ch.OldTarget, err = c.host.readlink(p); err != nil {

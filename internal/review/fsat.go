@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -25,8 +26,15 @@ type root struct {
 	layer bool // an overlay upper layer: its overlay xattrs mean something
 }
 
+// ErrHostUnsupported is openRoot's error on a host without Linux's no-follow
+// primitives (fsat_other.go): review mode is refused there, never emulated.
+var ErrHostUnsupported = fmt.Errorf("review mode needs a Linux host (this is %s): run without --review, or run aisb on the engine's Linux machine: %w", runtime.GOOS, errors.ErrUnsupported)
+
 func openRoot(path string) (*root, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err := hostSupported(); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	fd, err := unix.Open(path, oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -49,7 +57,7 @@ func (r *root) dir(rel string) (int, error) {
 		return -1, err
 	}
 	for _, c := range strings.Split(rel, "/") {
-		nfd, err := unix.Openat(fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		nfd, err := unix.Openat(fd, c, oPath|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		unix.Close(fd)
 		if err != nil {
 			return -1, &os.PathError{Op: "open", Path: Quote(rel), Err: err}
@@ -136,7 +144,7 @@ func (r *root) open(rel string) (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, &os.PathError{Op: "open", Path: Quote(rel), Err: fmt.Errorf("%w (it is %s)", safefile.ErrNotRegular, typeOf(st.Mode))}
+		return nil, &os.PathError{Op: "open", Path: Quote(rel), Err: fmt.Errorf("%w (it is %s)", safefile.ErrNotRegular, typeOf(uint32(st.Mode)))}
 	}
 	return os.NewFile(uintptr(fd), rel), nil
 }
@@ -180,7 +188,7 @@ func (r *root) rename(from, to string) error {
 		return err
 	}
 	defer unix.Close(tfd)
-	if err := unix.Renameat2(ffd, fbase, tfd, tbase, unix.RENAME_NOREPLACE); err != nil {
+	if err := renameNoReplace(ffd, fbase, tfd, tbase); err != nil {
 		return &os.LinkError{Op: "rename", Old: Quote(from), New: Quote(to), Err: err}
 	}
 	return nil
@@ -193,7 +201,7 @@ func (r *root) chmod(rel string, mode uint32) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	fd, err := unix.Openat(pfd, base, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(pfd, base, oPath|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &os.PathError{Op: "chmod", Path: Quote(rel), Err: err}
 	}
@@ -285,7 +293,7 @@ func (r *root) removeAll(rel string) error {
 		return nil
 	}
 	if st.Mode&0o700 != 0o700 {
-		if err := r.chmod(rel, st.Mode&0o7777|0o700); err != nil {
+		if err := r.chmod(rel, uint32(st.Mode)&0o7777|0o700); err != nil {
 			return err
 		}
 	}
@@ -335,5 +343,5 @@ func (r *root) syncFS() error {
 		return err
 	}
 	defer unix.Close(fd)
-	return unix.Syncfs(fd)
+	return syncfs(fd)
 }

@@ -35,7 +35,7 @@ func openLayer(path string) (*layer, error) {
 // raise gives the owner the need bits (0o400 to read a file, 0o500 to
 // list a directory) on rel ("" is the layer's root), whose lstat is st.
 func (l *layer) raise(rel string, st *unix.Stat_t, need uint32) error {
-	mode := st.Mode & 0o7777
+	mode := uint32(st.Mode) & 0o7777
 	if mode&need == need {
 		return nil
 	}

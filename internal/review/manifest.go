@@ -36,7 +36,7 @@ var ErrTooLarge = errors.New("project too large for review mode")
 
 func entryOf(st *unix.Stat_t) Entry {
 	return Entry{
-		Type: typeOf(st.Mode), Mode: st.Mode & 0o7777, Size: st.Size,
+		Type: typeOf(uint32(st.Mode)), Mode: uint32(st.Mode) & 0o7777, Size: st.Size,
 		Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(), Ino: st.Ino,
 	}
 }

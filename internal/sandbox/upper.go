@@ -64,11 +64,7 @@ func ReadUpperStatus(upper string, rootUID int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", errNoUpper, err)
 	}
 	defer unix.Close(dir)
-	fd, err := unix.Openat2(dir, strings.TrimPrefix(contract.StatusPath, "/"), &unix.OpenHow{
-		// O_NONBLOCK: a FIFO in its place must not hang the reader.
-		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
-	})
+	fd, err := openBeneath(dir, strings.TrimPrefix(contract.StatusPath, "/"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoUpper, err)
 	}

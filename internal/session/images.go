@@ -18,15 +18,15 @@ type images struct {
 }
 
 // hashImages hashes the inputs of the session's images (the sandbox's hold
-// the entrypoint binary) in the background.
-func hashImages(o Options, h harness.Preset) func() ([]image.Hashed, error) {
+// the entrypoint binary, at entrypoint) in the background.
+func hashImages(o Options, h harness.Preset, entrypoint string) func() ([]image.Hashed, error) {
 	type result struct {
 		specs []image.Hashed
 		err   error
 	}
 	done := make(chan result, 1)
 	go func() {
-		ep, err := image.Digest(o.Entrypoint, o.Paths.DigestDir())
+		ep, err := image.Digest(entrypoint, o.Paths.DigestDir())
 		if err != nil {
 			done <- result{err: fmt.Errorf("read aisb-entrypoint: %w", err)}
 			return

@@ -33,7 +33,7 @@ type steer struct {
 // startSteer prepares the session's registry entry and, when it gets its
 // own gate, opens its audit and starts the live server before the gate, so
 // the gate's helper finds its socket. Nothing is listed before publish.
-func startSteer(o Options, id, dir, owner string) (*steer, error) {
+func startSteer(o Options, id, dir, owner, helper string) (*steer, error) {
 	netCfg := o.Config.Config.Network
 	gated := ownGate(o)
 	s := &steer{dir: o.Paths.RunningDir(), logf: o.Logf, entry: live.Entry{
@@ -54,11 +54,8 @@ func startSteer(o Options, id, dir, owner string) (*steer, error) {
 		return nil, err
 	}
 	s.audit = aud
-	helper, err := live.FindHelper(o.GateHelper)
-	if err == nil {
-		s.helperDir = helperDir(dir)
-		err = live.PrepareHelperDir(s.helperDir, helper)
-	}
+	s.helperDir = helperDir(dir)
+	err = live.PrepareHelperDir(s.helperDir, helper)
 	if err == nil {
 		s.entry.Control = live.SocketPath(s.dir, id)
 		s.server, err = live.Start(live.Options{

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/engine/enginefake"
 	"github.com/aisb-dev/aisb/internal/live"
+	"github.com/aisb-dev/aisb/internal/progs"
 	"github.com/aisb-dev/aisb/internal/state"
 )
 
@@ -140,9 +142,15 @@ func newOrderCase(t *testing.T, watchdog bool) *orderCase {
 	f.Version = engine.MinEmptyDetachKeys
 	f.Files(enginefake.Kind("sandbox"), map[string][]byte{contract.StatusPath: []byte(`{"outcome":"enforced"}`)})
 	oc := &orderCase{f: f, p: &fakePodman{Fake: f}, ev: &events{}, stderr: &bytes.Buffer{}}
+	// The programs' place holders pass progs.Check: a static ELF's header
+	// for this machine (the fake Podman runs nothing).
 	bin := t.TempDir()
+	elfHeader, herr := progs.Header(runtime.GOARCH, false)
+	if herr != nil {
+		t.Fatal(herr)
+	}
 	for _, b := range []string{"aisb-entrypoint", "aisb-gatehelper"} {
-		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		if err := os.WriteFile(filepath.Join(bin, b), elfHeader, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}

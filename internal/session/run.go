@@ -9,7 +9,10 @@ import (
 
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/squidconf"
+	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/harness"
+	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/progs"
 	"github.com/aisb-dev/aisb/internal/project"
 	"github.com/aisb-dev/aisb/internal/reaper"
 	"github.com/aisb-dev/aisb/internal/review"
@@ -24,6 +27,10 @@ import (
 type run struct {
 	o     Options
 	trace func(string)
+
+	// The programs put into the engine's containers, for its architecture
+	// (findPrograms); gateHelper only when the session starts its own gate.
+	entrypoint, gateHelper string
 
 	// Decided before anything starts (plan).
 	h       harness.Preset
@@ -114,15 +121,36 @@ func plan(o Options) (*run, error) {
 func (r *run) connect(ctx context.Context) error {
 	o := r.o
 	// The walk of the project and the hashing of the images' inputs run
-	// while Podman gets ready.
+	// while Podman gets ready. The programs for the engine's containers
+	// are found for its architecture: known at once for a Podman of this
+	// host, else asked once connected (a Mac's engine is a VM's), and the
+	// hashing waits for that.
+	var specs func() ([]image.Hashed, error)
+	arch, local := engine.HostArch(o.Where)
+	if local {
+		if err := r.findPrograms(arch); err != nil {
+			return err
+		}
+	}
 	sockets := scanSockets(o.ProjectDir, project.ScanBudget, o.AllowProjectSockets, o.Logf)
-	specs := hashImages(o, r.h)
+	if local {
+		specs = hashImages(o, r.h, r.entrypoint)
+	}
 	c, err := o.seams.connectFunc()(ctx, o.Where)
 	if err != nil {
 		return err
 	}
 	r.c = c
 	r.trace("connected to podman (" + c.How() + ")")
+	if !local {
+		if arch, err = c.Arch(ctx); err != nil {
+			return err
+		}
+		if err := r.findPrograms(arch); err != nil {
+			return err
+		}
+		specs = hashImages(o, r.h, r.entrypoint)
+	}
 	r.podman = preparePodman(c, o, specs)
 	if err := sockets(); err != nil {
 		return err
@@ -155,7 +183,7 @@ func (r *run) openSession() error {
 		r.wd = wd
 		r.trace("watchdog started")
 	}
-	st, err := startSteer(o, r.id, dir, r.owner)
+	st, err := startSteer(o, r.id, dir, r.owner, r.gateHelper)
 	if err != nil {
 		return err
 	}
@@ -352,3 +380,20 @@ func (r *run) teardown() {
 }
 
 func (r *run) step(name string) { r.steps = append(r.steps, name) }
+
+// findPrograms finds the entrypoint and, for a session with a gate of its
+// own, the gate's helper, built for an engine of arch (or the user's
+// $AISB_ENTRYPOINT and $AISB_GATEHELPER, checked the same).
+func (r *run) findPrograms(arch string) error {
+	ep, err := progs.Find(progs.Entrypoint, arch, r.o.Entrypoint)
+	if err != nil {
+		return err
+	}
+	r.entrypoint = ep
+	if ownGate(r.o) {
+		if r.gateHelper, err = progs.Find(progs.GateHelper, arch, r.o.GateHelper); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -32,8 +32,8 @@ type Options struct {
 	Unenforced     bool
 	RlimitFallback bool
 	CPUSeconds     uint64
-	Entrypoint     string   // path of the aisb-entrypoint binary
-	GateHelper     string   // path of the aisb-gatehelper binary; "": next to aisb
+	Entrypoint     string   // the aisb-entrypoint binary ($AISB_ENTRYPOINT); "": found for the engine (progs.Find)
+	GateHelper     string   // the aisb-gatehelper binary ($AISB_GATEHELPER); "": found for the engine
 	Watchdog       []string // argv that starts the watchdog; nil: none
 	StatusReader   []string // argv of the entrypoint status reader (sandbox.ReadUpperStatus); nil: the archive copy
 	Terminal       bool

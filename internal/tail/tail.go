@@ -11,8 +11,6 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/aisb-dev/aisb/internal/safefile"
 )
 
@@ -124,10 +122,11 @@ func follow(ctx context.Context, path string, fn func(line []byte) error, o Opti
 }
 
 // punch frees the blocks of the file's first n bytes (rounded down to a
-// page), keeping its size; it returns how far the file is freed.
+// page), keeping its size; it returns how far the file is freed. Where the
+// system cannot punch holes (punchHole fails) nothing is freed.
 func punch(f *os.File, n, freed int64) int64 {
 	n &^= 4095
-	if n <= freed || unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, n) != nil {
+	if n <= freed || punchHole(f, n) != nil {
 		return freed
 	}
 	return n

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -114,6 +115,8 @@ type Fake struct {
 	RuntimeDir string
 	// HostInfo is Info's answer (New: pasta and slirp4netns installed).
 	HostInfo define.HostInfo
+	// Architecture is Arch's answer (New: this host's).
+	Architecture string
 
 	mu         sync.Mutex
 	changed    chan struct{} // closed and replaced on every change of a container
@@ -133,15 +136,16 @@ type Fake struct {
 // New is an empty service: no containers, volumes or images.
 func New() *Fake {
 	return &Fake{
-		Version:    semver.MustParse("5.4.2"),
-		UID:        os.Geteuid(),
-		UIDKnown:   true,
-		HostInfo:   define.HostInfo{Pasta: define.PastaInfo{Executable: "/usr/bin/pasta"}, Slirp4NetNS: define.SlirpInfo{Executable: "/usr/bin/slirp4netns"}},
-		changed:    make(chan struct{}),
-		lostAfter:  -1,
-		containers: map[string]*container{},
-		volumes:    map[string]*volume{},
-		images:     map[string]*image{},
+		Version:      semver.MustParse("5.4.2"),
+		UID:          os.Geteuid(),
+		UIDKnown:     true,
+		HostInfo:     define.HostInfo{Pasta: define.PastaInfo{Executable: "/usr/bin/pasta"}, Slirp4NetNS: define.SlirpInfo{Executable: "/usr/bin/slirp4netns"}},
+		Architecture: runtime.GOARCH,
+		changed:      make(chan struct{}),
+		lostAfter:    -1,
+		containers:   map[string]*container{},
+		volumes:      map[string]*volume{},
+		images:       map[string]*image{},
 	}
 }
 
@@ -253,6 +257,9 @@ func (f *Fake) ServiceUID() (int, bool) { return f.UID, f.UIDKnown }
 func (f *Fake) SameUser() bool { return f.UIDKnown && f.UID != 0 && f.UID == os.Geteuid() }
 
 func (f *Fake) LocalRuntimeDir() string { return f.RuntimeDir }
+
+// Arch is f.Architecture.
+func (f *Fake) Arch(context.Context) (string, error) { return f.Architecture, nil }
 
 // Alive is false once the service is lost.
 func (f *Fake) Alive() bool {
