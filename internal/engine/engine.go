@@ -56,6 +56,10 @@ type Conn struct {
 	shared  bool     // aisb's shared service (see shared.go)
 	users   *os.File // held (shared lock) while this process uses it
 	arch    string   // the engine's architecture, once known (arch.go)
+	// locality is whether the service is local (local.go), decided in
+	// Connect; uriFromEnv says URI is Where.URI (CONTAINER_HOST).
+	locality   Locality
+	uriFromEnv bool
 }
 
 // Where says how to reach Podman; the caller reads the environment once.
@@ -66,6 +70,10 @@ type Where struct {
 	// internal-podman-service`, which runs Keep); without one, a private
 	// service per process.
 	Keeper []string
+	// RequireLocal refuses a service that is not local (local.go) with
+	// ErrNotLocal, before any API call; Trace, if set, is told the decision.
+	RequireLocal bool
+	Trace        func(string)
 }
 
 // Connect uses w.URI, else the user's rootless socket, else aisb's shared
@@ -96,6 +104,14 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 			break
 		}
 		if err := c.startPrivate(runtimeDir); err != nil {
+			return nil, err
+		}
+	}
+	c.uriFromEnv = w.URI != ""
+	c.locality = decideAndTrace(c.URI, w.Trace)
+	if w.RequireLocal {
+		if err := c.RequireLocal(); err != nil {
+			c.Close()
 			return nil, err
 		}
 	}
