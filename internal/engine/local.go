@@ -168,7 +168,7 @@ func decideAndTrace(uri string, trace func(string)) Locality {
 	start := time.Now()
 	l := decideLocal(uri, hostProbe)
 	if trace != nil {
-		trace(fmt.Sprintf("engine at %s is %s (decided in %d µs)", uri, l, time.Since(start).Microseconds()))
+		trace(fmt.Sprintf("engine at %s is %s (decided in %.3f ms)", uri, l, float64(time.Since(start).Microseconds())/1000))
 	}
 	return l
 }
