@@ -68,7 +68,7 @@ func TestRemoteEngineRefused(t *testing.T) {
 		start = time.Now()
 		r := a.runEnv(t, []string{"AISB_TRACE=1"}, args...)
 		took := time.Since(start)
-		t.Logf("aisb %s against %s's engine: exit %d in %v", args[0], engineUser, r.Code, took.Round(time.Millisecond))
+		t.Logf("aisb %s against %s's engine: exit %d in %v\n%s", args[0], engineUser, r.Code, took.Round(time.Millisecond), r.Stdout+r.Stderr)
 		if r.Code == 0 || strings.Contains(r.Stdout, "RAN") {
 			t.Errorf("aisb %v through %s's engine was not refused: %s", args, engineUser, r)
 			continue
@@ -86,6 +86,18 @@ func TestRemoteEngineRefused(t *testing.T) {
 			}
 		}
 	}
+	// A forwarder of the caller's own uid on this host (as ssh -L or
+	// podman machine's gvproxy would be) to that engine: refused too, for
+	// what serves the socket is not Podman. Control: it does forward.
+	fwd := startForwarder(t, sock)
+	if ping := testhost.Run(t, testhost.UserCommand(ctx, "curl", "-sS", "--max-time", "30", "--unix-socket", fwd, "http://d/_ping")); ping.Code != 0 || strings.TrimSpace(ping.Stdout) != "OK" {
+		t.Fatalf("control: the forwarder does not reach the engine: %s", ping)
+	}
+	a.host = "unix://" + fwd
+	if r := a.runEnv(t, []string{"AISB_TRACE=1"}, run...); r.Code == 0 || !strings.Contains(r.Stderr, "(CONTAINER_HOST) is not local") || !strings.Contains(r.Stderr, "not by Podman") {
+		t.Errorf("aisb run through a same-user forwarder to %s's engine was not refused as one: %s", engineUser, r)
+	}
+
 	// Fail closed: no session begun here,
 	if ids := a.sessionIDs(t); len(ids) != 0 {
 		t.Errorf("the refused run left session directories: %q", ids)
@@ -127,6 +139,55 @@ func startEngineService(t *testing.T, eu *user.User) string {
 	}
 	if err := os.Chmod(sock, 0o666); err != nil {
 		t.Fatal(err)
+	}
+	return sock
+}
+
+// forwarder relays each connection to its socket to another unix socket:
+// a same-user, same-host stand-in for ssh -L.
+const forwarder = `import socket, sys, threading
+ls = socket.socket(socket.AF_UNIX)
+ls.bind(sys.argv[1])
+ls.listen(16)
+def pipe(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+    except OSError:
+        pass
+    try:
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+while True:
+    c, _ = ls.accept()
+    u = socket.socket(socket.AF_UNIX)
+    try:
+        u.connect(sys.argv[2])
+    except OSError:
+        c.close()
+        continue
+    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+`
+
+// startForwarder runs the forwarder as the test user, from a socket of its
+// own to target, stopped when t ends.
+func startForwarder(t *testing.T, target string) string {
+	t.Helper()
+	dir := testhost.UserDir(t)
+	script, sock := dir+"/forward.py", dir+"/forward.sock"
+	testhost.WriteUserFile(t, script, forwarder)
+	cmd := testhost.UserCommand(context.Background(), "python3", script, sock, target)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the forwarder: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	if err := testhost.WaitFor(30*time.Second, func() error { _, err := os.Stat(sock); return err }); err != nil {
+		t.Fatalf("the forwarder's socket did not appear: %v", err)
 	}
 	return sock
 }

@@ -39,6 +39,9 @@ var ErrNotLocal = errors.New("the podman service is not local")
 type Locality struct {
 	Local bool
 	Why   string
+	// unreachable is why the socket could not be asked (nothing listens):
+	// a connection failure, not a verdict on the service.
+	unreachable error
 }
 
 func (l Locality) String() string {
@@ -79,6 +82,9 @@ func (l Locality) require(uri string, env bool) error {
 	if l.Local {
 		return nil
 	}
+	if l.unreachable != nil {
+		return fmt.Errorf("connect to podman at %s: %w", uri, l.unreachable)
+	}
 	return &NotLocalError{URI: uri, Why: l.Why, Env: env}
 }
 
@@ -113,7 +119,7 @@ func decideLocal(uri string, p localProbe) Locality {
 	sock := rest
 	cred, err := p.peer(sock)
 	if err != nil {
-		return Locality{Why: fmt.Sprintf("cannot tell who serves %s: %v", sock, err)}
+		return Locality{Why: fmt.Sprintf("cannot tell who serves %s: %v", sock, err), unreachable: err}
 	}
 	if cred.UID != p.euid {
 		return Locality{Why: fmt.Sprintf("its socket is served by uid %d, not this process's uid %d: another user's Podman cannot see your files, nor you its", cred.UID, p.euid)}

@@ -46,6 +46,13 @@ func TestDecideLocal(t *testing.T) {
 				t.Fatalf("decideLocal(%s) = %+v; want local=%v, why containing %q", tc.uri, l, tc.local, tc.why)
 			}
 			err := l.require(tc.uri, true)
+			if tc.name == "nothing listens" {
+				// Not a verdict: the connection's own error.
+				if err == nil || errors.Is(err, ErrNotLocal) || !strings.Contains(err.Error(), "connect to podman at "+tc.uri+": connection refused") {
+					t.Fatalf("require with nothing listening: %v", err)
+				}
+				return
+			}
 			if tc.local != (err == nil) || (err != nil && !errors.Is(err, ErrNotLocal)) {
 				t.Fatalf("require: %v", err)
 			}
