@@ -114,7 +114,7 @@ func decideLocal(uri string, p localProbe) Locality {
 		return Locality{Why: fmt.Sprintf("%q is not a URI", uri)}
 	}
 	if scheme != "unix" {
-		return Locality{Why: fmt.Sprintf("a %s:// service runs elsewhere", scheme)}
+		return Locality{Why: fmt.Sprintf("the %s:// scheme reaches a service elsewhere", scheme)}
 	}
 	sock := rest
 	cred, err := p.peer(sock)

@@ -36,8 +36,8 @@ func TestDecideLocal(t *testing.T) {
 		{"ssh -L forward", "unix:///tmp/fwd.sock", fakeProbe(1006, peerCred{PID: 9, UID: 1006}, nil, "/usr/bin/ssh"), false, `"/usr/bin/ssh" (pid 9), not by Podman`},
 		{"gvproxy", "unix:///tmp/machine.sock", fakeProbe(1006, peerCred{PID: 9, UID: 1006}, nil, "/usr/libexec/podman/gvproxy"), false, "not by Podman"},
 		{"nothing listens", "unix:///tmp/none.sock", fakeProbe(1006, peerCred{}, errors.New("connection refused"), ""), false, "cannot tell who serves /tmp/none.sock: connection refused"},
-		{"ssh", "ssh://core@host:22/run/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "a ssh:// service runs elsewhere"},
-		{"tcp", "tcp://127.0.0.1:8080", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "a tcp:// service runs elsewhere"},
+		{"ssh", "ssh://core@host:22/run/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "the ssh:// scheme reaches a service elsewhere"},
+		{"tcp", "tcp://127.0.0.1:8080", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "the tcp:// scheme reaches a service elsewhere"},
 		{"no scheme", "/run/user/1006/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "is not a URI"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +116,7 @@ func TestConnectRefusesBeforeAnyCall(t *testing.T) {
 			t.Fatalf("Connect(%s): %#v", uri, err)
 		}
 	}
-	if len(said) != 3 || !strings.Contains(said[0], "is not local: a ssh:// service runs elsewhere") {
+	if len(said) != 3 || !strings.Contains(said[0], "is not local: the ssh:// scheme reaches a service elsewhere") {
 		t.Fatalf("trace: %q", said)
 	}
 }
