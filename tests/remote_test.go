@@ -33,6 +33,8 @@ const engineSockets = "/run/aisb-engine"
 func TestRemoteEngineRefused(t *testing.T) {
 	parallel(t)
 	base := testBaseImage(t)
+	began := time.Now()
+	defer func() { t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond)) }()
 	eu, err := user.Lookup(engineUser)
 	if err != nil {
 		testhost.Skip(t, "engine user %s missing (run tests/host/setup.sh): %v", engineUser, err)
@@ -120,6 +122,11 @@ func TestRemoteEngineRefused(t *testing.T) {
 	}
 	if want := "trace: engine at " + a.host + " is local: its socket is served by podman"; !strings.Contains(r.Stderr, want) {
 		t.Errorf("control: the trace lacks %q: %s", want, r.Stderr)
+	}
+	for _, l := range strings.Split(r.Stderr, "\n") {
+		if strings.Contains(l, "trace: engine at") || strings.Contains(l, "connected to podman") {
+			t.Logf("control: %s", l)
+		}
 	}
 }
 
