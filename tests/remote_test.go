@@ -34,7 +34,9 @@ func TestRemoteEngineRefused(t *testing.T) {
 	parallel(t)
 	base := testBaseImage(t)
 	began := time.Now()
-	defer func() { t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond))
+	}()
 	eu, err := user.Lookup(engineUser)
 	if err != nil {
 		testhost.Skip(t, "engine user %s missing (run tests/host/setup.sh): %v", engineUser, err)

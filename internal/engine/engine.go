@@ -80,6 +80,8 @@ type Where struct {
 // service (started through w.Keeper when none listens; see shared.go),
 // else, without a keeper, starts `podman system service` privately for
 // this process, which exits with aisb (parent-death signal) and on Close.
+// It decides whether that service is local (local.go) before any API call,
+// and with w.RequireLocal refuses one that is not (ErrNotLocal).
 func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c := &Conn{}
 	c.arch, _ = HostArch(w)
@@ -123,8 +125,9 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c.Ctx = bctx
 	// The user's own Podman: found by aisb, or named by a CONTAINER_HOST
 	// socket in the user's runtime directory (ssh:// and sockets elsewhere
-	// are a Podman whose paths need not be this host's).
-	if sock, ok := strings.CutPrefix(c.URI, "unix://"); ok && w.RuntimeDir != "" &&
+	// are a Podman whose paths need not be this host's), and local by the
+	// one decision (local.go): a forwarder's socket there is not.
+	if sock, ok := strings.CutPrefix(c.URI, "unix://"); ok && w.RuntimeDir != "" && c.locality.Local &&
 		(w.URI == "" || strings.HasPrefix(filepath.Clean(sock), filepath.Clean(w.RuntimeDir)+"/")) {
 		c.runDir = w.RuntimeDir
 	}
