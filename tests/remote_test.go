@@ -24,12 +24,13 @@ const engineSockets = "/run/aisb-engine"
 
 // TestRemoteEngineRefused (issue #29, first step): a Podman that is not
 // aisb's own local one — here another user's rootless service, reached as
-// CONTAINER_HOST=unix://… — is refused by run, gate up and doctor at once,
-// with the error naming CONTAINER_HOST and the fix, and nothing is left on
-// that engine. Controls: the engine really answers the caller (a plain API
-// ping through the same socket), so the refusal is aisb's decision; and the
-// same run through the caller's own service, also spelled unix://…,
-// works, so the refusal is not about the spelling.
+// CONTAINER_HOST=unix://… — is refused by run, gate up, state ls and doctor
+// at once, with the error naming CONTAINER_HOST and the fix, and nothing is
+// left on that engine; so is a same-user forwarder to it. Controls: the
+// engine really answers the caller (a plain API ping through the same
+// socket, and through the forwarder), so the refusal is aisb's decision;
+// and the same run through the caller's own service, also spelled
+// unix://…, works, so the refusal is not about the spelling.
 func TestRemoteEngineRefused(t *testing.T) {
 	parallel(t)
 	base := testBaseImage(t)
@@ -68,7 +69,7 @@ func TestRemoteEngineRefused(t *testing.T) {
 
 	a.host = "unix://" + sock
 	run := []string{"run", "--net", "none", "--harness", "shell", "--", "sh", "-c", "echo RAN"}
-	for _, args := range [][]string{run, {"gate", "up", "remote-refused"}, {"doctor"}} {
+	for _, args := range [][]string{run, {"gate", "up", "remote-refused"}, {"state", "ls"}, {"doctor"}} {
 		start = time.Now()
 		r := a.runEnv(t, []string{"AISB_TRACE=1"}, args...)
 		took := time.Since(start)

@@ -103,9 +103,9 @@ type localProbe struct {
 var hostProbe = localProbe{euid: os.Geteuid(), peer: socketPeer, exe: procExe}
 
 // localExes are the executables whose socket is a local engine: Podman's
-// own service, and systemd's (socket activation: systemd listened, Podman
-// serves).
-var localExes = []string{"podman", "systemd"}
+// own service (".podman-wrapped" is Nix's name for it), and systemd's
+// (socket activation: systemd listened, Podman serves).
+var localExes = []string{"podman", ".podman-wrapped", "systemd"}
 
 // decideLocal is the one decision.
 func decideLocal(uri string, p localProbe) Locality {
@@ -131,7 +131,8 @@ func decideLocal(uri string, p localProbe) Locality {
 	if err != nil {
 		return Locality{Why: fmt.Sprintf("cannot tell what serves its socket (pid %d): %v", cred.PID, err)}
 	}
-	name := filepath.Base(exe)
+	// A service that outlived an upgrade of its binary runs a deleted file.
+	name := filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
 	for _, l := range localExes {
 		if name == l {
 			return Locality{Local: true, Why: fmt.Sprintf("its socket is served by %s (pid %d) as this process's uid %d", name, cred.PID, cred.UID)}

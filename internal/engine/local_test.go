@@ -27,6 +27,7 @@ func TestDecideLocal(t *testing.T) {
 		why       string
 	}{
 		{"own podman", "unix:///run/user/1006/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), true, "served by podman (pid 42)"},
+		{"podman upgraded under its service", "unix:///run/user/1006/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman (deleted)"), true, "served by podman (pid 42)"},
 		{"socket activation", "unix:///run/user/1006/podman/podman.sock", fakeProbe(1006, peerCred{PID: 7, UID: 1006}, nil, "/usr/lib/systemd/systemd"), true, "served by systemd"},
 		{"another user's podman", "unix:///srv/engine/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1007}, nil, "/usr/bin/podman"), false, "uid 1007, not this process's uid 1006"},
 		{"root's podman for a user", "unix:///run/podman/podman.sock", fakeProbe(1006, peerCred{PID: 1, UID: 0}, nil, "/usr/bin/podman"), false, "uid 0"},
