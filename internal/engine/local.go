@@ -27,8 +27,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrNotLocal is what a command that needs a local engine returns for one
@@ -118,8 +116,12 @@ func decideLocal(uri string, p localProbe) Locality {
 	}
 	sock := rest
 	cred, err := p.peer(sock)
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		return Locality{Why: fmt.Sprintf("nothing answers on %s: %v", sock, ue.err), unreachable: ue.err}
+	}
 	if err != nil {
-		return Locality{Why: fmt.Sprintf("cannot tell who serves %s: %v", sock, err), unreachable: err}
+		return Locality{Why: fmt.Sprintf("cannot tell who serves %s: %v", sock, err)}
 	}
 	if cred.UID != p.euid {
 		return Locality{Why: fmt.Sprintf("its socket is served by uid %d, not this process's uid %d: another user's Podman cannot see your files, nor you its", cred.UID, p.euid)}
@@ -141,29 +143,23 @@ func decideLocal(uri string, p localProbe) Locality {
 	return Locality{Why: fmt.Sprintf("its socket is served by %q (pid %d), not by Podman: a forwarder to an engine elsewhere (ssh -L, podman machine)", exe, cred.PID)}
 }
 
-// socketPeer connects to sock and reads the listener's credentials.
+// socketPeer connects to sock and reads the listener's credentials
+// (peerCreds: SO_PEERCRED on Linux; elsewhere none, so not local). That
+// nothing answers is an unreachableError: no verdict.
 func socketPeer(sock string) (peerCred, error) {
 	conn, err := net.DialTimeout("unix", sock, time.Second)
 	if err != nil {
-		return peerCred{}, err
+		return peerCred{}, &unreachableError{err}
 	}
 	defer conn.Close()
-	raw, err := conn.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		return peerCred{}, err
-	}
-	var cred *unix.Ucred
-	var gerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return peerCred{}, err
-	}
-	if gerr != nil {
-		return peerCred{}, fmt.Errorf("SO_PEERCRED: %w", gerr)
-	}
-	return peerCred{PID: int(cred.Pid), UID: int(cred.Uid)}, nil
+	return peerCreds(conn.(*net.UnixConn))
 }
+
+// unreachableError is a socket nothing answers on.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
 
 func procExe(pid int) (string, error) {
 	return os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))

@@ -36,7 +36,8 @@ func TestDecideLocal(t *testing.T) {
 		{"other pid namespace", "unix:///tmp/podman.sock", fakeProbe(1006, peerCred{PID: 0, UID: 1006}, nil, "/usr/bin/podman"), false, "another pid namespace"},
 		{"ssh -L forward", "unix:///tmp/fwd.sock", fakeProbe(1006, peerCred{PID: 9, UID: 1006}, nil, "/usr/bin/ssh"), false, `"/usr/bin/ssh" (pid 9), not by Podman`},
 		{"gvproxy", "unix:///tmp/machine.sock", fakeProbe(1006, peerCred{PID: 9, UID: 1006}, nil, "/usr/libexec/podman/gvproxy"), false, "not by Podman"},
-		{"nothing listens", "unix:///tmp/none.sock", fakeProbe(1006, peerCred{}, errors.New("connection refused"), ""), false, "cannot tell who serves /tmp/none.sock: connection refused"},
+		{"nothing listens", "unix:///tmp/none.sock", fakeProbe(1006, peerCred{}, &unreachableError{errors.New("connection refused")}, ""), false, "nothing answers on /tmp/none.sock: connection refused"},
+		{"no credentials", "unix:///tmp/podman.sock", fakeProbe(1006, peerCred{}, errors.New("SO_PEERCRED: not supported"), ""), false, "cannot tell who serves /tmp/podman.sock: SO_PEERCRED: not supported"},
 		{"ssh", "ssh://core@host:22/run/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "the ssh:// scheme reaches a service elsewhere"},
 		{"tcp", "tcp://127.0.0.1:8080", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "the tcp:// scheme reaches a service elsewhere"},
 		{"no scheme", "/run/user/1006/podman/podman.sock", fakeProbe(1006, peerCred{PID: 42, UID: 1006}, nil, "/usr/bin/podman"), false, "is not a URI"},
@@ -116,6 +117,11 @@ func TestConnectRefusesBeforeAnyCall(t *testing.T) {
 		if !errors.As(err, &nl) || nl.URI != uri || !nl.Env {
 			t.Fatalf("Connect(%s): %#v", uri, err)
 		}
+	}
+	// Nothing listening: the connection's error, no verdict.
+	none := "unix://" + filepath.Join(t.TempDir(), "none.sock")
+	if _, err := Connect(context.Background(), Where{URI: none, RequireLocal: true}); err == nil || errors.Is(err, ErrNotLocal) || !strings.Contains(err.Error(), "connect to podman at "+none) {
+		t.Fatalf("Connect(%s) with nothing listening: %v", none, err)
 	}
 	if len(said) != 3 || !strings.Contains(said[0], "is not local: the ssh:// scheme reaches a service elsewhere") {
 		t.Fatalf("trace: %q", said)
