@@ -128,7 +128,7 @@ CONF
 disjoint_ranges() {
 	local f overlap
 	for f in /etc/subuid /etc/subgid; do
-		overlap=$(awk -F: '
+		overlap=$(awk -F: 'BEGIN { n = 0 }
 			NF >= 3 { u[n] = $1; s[n] = $2; e[n] = $2 + $3; n++ }
 			END {
 				for (i = 0; i < n; i++) for (j = i + 1; j < n; j++)
