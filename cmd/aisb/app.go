@@ -49,10 +49,24 @@ func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 	}
 	e.paths, e.pathsErr = state.FromEnv(getenv)
 	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime}
+	if e.trace {
+		e.where.Trace = func(s string) { e.logf("trace: %s", s) }
+	}
 	if self, err := os.Executable(); err == nil {
 		e.where.Keeper = []string{self, "internal-podman-service"}
 	}
 	return e
+}
+
+// local is where Podman is for a command that needs it on this host, as
+// this user (engine.ErrNotLocal otherwise, before anything is created): it
+// bind-mounts this host's files, or sweeps containers by this host's
+// process ids (reaper.Reap), which on another host's engine would judge
+// its sessions by the wrong processes.
+func (e *appEnv) local() engine.Where {
+	w := e.where
+	w.RequireLocal = true
+	return w
 }
 
 // builds is how a command that may build an image shows it: on stderr,

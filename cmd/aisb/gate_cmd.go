@@ -73,7 +73,7 @@ func connectAndReap(c *cli.Context, e *appEnv) (*engine.Conn, error) {
 	if e.pathsErr != nil {
 		return nil, e.pathsErr
 	}
-	conn, err := engine.Connect(c.Context, e.where)
+	conn, err := engine.Connect(c.Context, e.local())
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func followCommand(e *appEnv) *cli.Command {
 			// A long-lived gate follows the host's addresses and on-link
 			// prefixes; Podman is reached only when they change.
 			go gate.WatchHost(ctx, g, gate.WatchEvery, func() error {
-				conn, err := engine.Connect(ctx, e.where)
+				conn, err := engine.Connect(ctx, e.local())
 				if err != nil {
 					return err
 				}

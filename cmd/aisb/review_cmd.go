@@ -190,7 +190,7 @@ func scrubWork(c *cli.Context, e *appEnv, s *review.Session) {
 	if !s.WorkLeft() {
 		return
 	}
-	conn, err := engine.Connect(c.Context, e.where)
+	conn, err := engine.Connect(c.Context, e.local())
 	if err == nil {
 		defer conn.Close()
 		err = sandbox.Scrub(conn, s.Meta.Image, s.Work(), s.Meta.Session, state.Owner())

@@ -56,6 +56,10 @@ type Conn struct {
 	shared  bool     // aisb's shared service (see shared.go)
 	users   *os.File // held (shared lock) while this process uses it
 	arch    string   // the engine's architecture, once known (arch.go)
+	// locality is whether the service is local (local.go), decided in
+	// Connect; uriFromEnv says URI is Where.URI (CONTAINER_HOST).
+	locality   Locality
+	uriFromEnv bool
 }
 
 // Where says how to reach Podman; the caller reads the environment once.
@@ -66,12 +70,18 @@ type Where struct {
 	// internal-podman-service`, which runs Keep); without one, a private
 	// service per process.
 	Keeper []string
+	// RequireLocal refuses a service that is not local (local.go) with
+	// ErrNotLocal, before any API call; Trace, if set, is told the decision.
+	RequireLocal bool
+	Trace        func(string)
 }
 
 // Connect uses w.URI, else the user's rootless socket, else aisb's shared
 // service (started through w.Keeper when none listens; see shared.go),
 // else, without a keeper, starts `podman system service` privately for
 // this process, which exits with aisb (parent-death signal) and on Close.
+// It decides whether that service is local (local.go) before any API call,
+// and with w.RequireLocal refuses one that is not (ErrNotLocal).
 func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c := &Conn{}
 	c.arch, _ = HostArch(w)
@@ -99,6 +109,14 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 			return nil, err
 		}
 	}
+	c.uriFromEnv = w.URI != ""
+	c.locality = decideAndTrace(c.URI, w.Trace)
+	if w.RequireLocal {
+		if err := c.RequireLocal(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	bctx, err := bindings.NewConnection(ctx, c.URI)
 	if err != nil {
 		c.Close()
@@ -107,8 +125,9 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c.Ctx = bctx
 	// The user's own Podman: found by aisb, or named by a CONTAINER_HOST
 	// socket in the user's runtime directory (ssh:// and sockets elsewhere
-	// are a Podman whose paths need not be this host's).
-	if sock, ok := strings.CutPrefix(c.URI, "unix://"); ok && w.RuntimeDir != "" &&
+	// are a Podman whose paths need not be this host's), and local by the
+	// one decision (local.go): a forwarder's socket there is not.
+	if sock, ok := strings.CutPrefix(c.URI, "unix://"); ok && w.RuntimeDir != "" && c.locality.Local &&
 		(w.URI == "" || strings.HasPrefix(filepath.Clean(sock), filepath.Clean(w.RuntimeDir)+"/")) {
 		c.runDir = w.RuntimeDir
 	}

@@ -56,6 +56,9 @@ type Options struct {
 // adds to the run what it set up; the one teardown (run.teardown) undoes
 // it in a fixed order, whatever step failed.
 func Run(ctx context.Context, o Options) (int, error) {
+	// A session bind-mounts this host's files and reaps by this host's
+	// processes: a Podman elsewhere is refused before anything exists.
+	o.Where.RequireLocal = true
 	r, err := plan(o)
 	if err != nil {
 		return 0, err

@@ -4,6 +4,11 @@ AISB_TEST_USER=${AISB_TEST_USER:-aisbtest}
 # The second test user: the tests that must be alone on one uid (they count
 # or stop everything of their user) run as this one, beside the others.
 AISB_TEST_USER2=${AISB_TEST_USER2:-aisbtest2}
+# The engine user: a rootless Podman service of another user, which the
+# test users reach only through a socket a test starts in AISB_ENGINE_SOCKETS
+# (issue #29: aisb refuses an engine that is not its own, local one).
+AISB_ENGINE_USER=${AISB_ENGINE_USER:-aisbengine}
+AISB_ENGINE_SOCKETS=/run/aisb-engine
 AISB_CACHE=${AISB_CACHE:-/var/cache/aisb-test}
 AISB_TEST_BASE_IMAGE=localhost/aisb-base:trixie
 # Everything the sandbox and gate images need, so building them never waits

@@ -105,6 +105,9 @@ test_user() {
 	grep -q "^$name:" /etc/subgid || usermod --add-subgids "$range" "$name"
 	uid=$(id -u "$name")
 	home=$(getent passwd "$name" | cut -d: -f6)
+	# Home directories closed (useradd's default here, made sure of): no
+	# user, the engine user included, reads another's files.
+	chmod 0700 "$home"
 	install -d -m 0700 -o "$name" -g "$name" "/run/user/$uid"
 	install -d -m 0755 -o "$name" -g "$name" "$home/.config" "$home/.config/containers"
 	cat >"$home/.config/containers/storage.conf" <<CONF
@@ -119,19 +122,32 @@ CONF
 	chown "$name:" "$home/.config/containers/storage.conf" "$home/.config/containers/containers.conf"
 }
 
-# disjoint_ranges fails unless the two test users' subordinate uid and gid
-# ranges are disjoint: one user's containers must never map the other's ids.
+# disjoint_ranges fails unless the subordinate uid and gid ranges of every
+# two users (the test users, the engine user, any other) are disjoint: one
+# user's containers must never map another's ids.
 disjoint_ranges() {
-	local f
+	local f overlap
 	for f in /etc/subuid /etc/subgid; do
-		awk -F: -v a="$AISB_TEST_USER" -v b="$AISB_TEST_USER2" '
-			$1 == a { as[na++] = $2; ae[na-1] = $2 + $3 }
-			$1 == b { bs[nb++] = $2; be[nb-1] = $2 + $3 }
+		overlap=$(awk -F: 'BEGIN { n = 0 }
+			NF >= 3 { u[n] = $1; s[n] = $2; e[n] = $2 + $3; n++ }
 			END {
-				for (i = 0; i < na; i++) for (j = 0; j < nb; j++)
-					if (as[i] < be[j] && bs[j] < ae[i]) exit 1
-			}' "$f" || die "$f: the ranges of $AISB_TEST_USER and $AISB_TEST_USER2 overlap"
+				for (i = 0; i < n; i++) for (j = i + 1; j < n; j++)
+					if (u[i] != u[j] && s[i] < e[j] && s[j] < e[i]) { print u[i] " and " u[j]; exit }
+			}' "$f")
+		[ -z "$overlap" ] || die "$f: the ranges of $overlap overlap"
 	done
+}
+
+# 3a. The engine user (issue #29): a test user of its own (subordinate ids,
+#     runtime dir, storage), whose rootless Podman service a test starts on a
+#     socket in AISB_ENGINE_SOCKETS, a directory others may enter but not
+#     list: a test user reaches the service only by the path the test made,
+#     and neither user reads the other's home.
+engine_user() {
+	test_user "$AISB_ENGINE_USER" 500000-565535
+	install -d -m 0711 -o "$AISB_ENGINE_USER" -g "$AISB_ENGINE_USER" "$AISB_ENGINE_SOCKETS"
+	# Its storage, made once, so a test's first call does not migrate it.
+	as_named "$AISB_ENGINE_USER" podman info --format '{{.Store.GraphDriverName}}' >/dev/null
 }
 
 # 3b. The git user the test SSH server serves (upstream.sh runs sshd): git-shell
@@ -200,6 +216,7 @@ install_packages
 host_fixes
 test_user "$AISB_TEST_USER" 200000-265535
 test_user "$AISB_TEST_USER2" 300000-365535
+engine_user
 disjoint_ranges
 git_user
 base_image "$AISB_TEST_USER"

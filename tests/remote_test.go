@@ -1,0 +1,227 @@
+package tests
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+// engineUser is the user whose rootless Podman stands for an engine that
+// is not aisb's own (tests/host/setup.sh's engine_user); engineSockets is
+// where its services' sockets go, a directory others may enter, not list.
+var engineUser = cmp.Or(os.Getenv("AISB_ENGINE_USER"), "aisbengine")
+
+const engineSockets = "/run/aisb-engine"
+
+// TestRemoteEngineRefused (issue #29, first step): a Podman that is not
+// aisb's own local one — here another user's rootless service, reached as
+// CONTAINER_HOST=unix://… — is refused by run, gate up, state ls and doctor
+// at once, with the error naming CONTAINER_HOST and the fix, and nothing is
+// left on that engine; so is a same-user forwarder to it. Controls: the
+// engine really answers the caller (a plain API ping through the same
+// socket, and through the forwarder), so the refusal is aisb's decision;
+// and the same run through the caller's own service, also spelled
+// unix://…, works, so the refusal is not about the spelling.
+func TestRemoteEngineRefused(t *testing.T) {
+	parallel(t)
+	base := testBaseImage(t)
+	began := time.Now()
+	defer func() {
+		t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond))
+	}()
+	eu, err := user.Lookup(engineUser)
+	if err != nil {
+		testhost.Skip(t, "engine user %s missing (run tests/host/setup.sh): %v", engineUser, err)
+	}
+	start := time.Now()
+	sock := startEngineService(t, eu)
+	t.Logf("%s's service up in %v", engineUser, time.Since(start).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// Control 2: the other user's service answers the caller.
+	ping := testhost.Run(t, testhost.UserCommand(ctx, "curl", "-sS", "--max-time", "30", "--unix-socket", sock, "http://d/_ping"))
+	if ping.Code != 0 || strings.TrimSpace(ping.Stdout) != "OK" {
+		t.Fatalf("control: the engine user's service does not answer %s through %s: %s", testhost.User, sock, ping)
+	}
+
+	a := newAisb(t, base, "")
+	// The premise: neither user reads the other's files.
+	if err := os.Chmod(a.project, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if r := testhost.Run(t, asEngine(ctx, eu, "ls", a.project)); r.Code == 0 {
+		t.Errorf("%s reads the caller's project %s: %s", engineUser, a.project, r)
+	}
+	if r := testhost.Run(t, testhost.UserCommand(ctx, "ls", eu.HomeDir)); r.Code == 0 {
+		t.Errorf("%s reads %s's home %s: %s", testhost.User, engineUser, eu.HomeDir, r)
+	}
+	before := engineObjects(t, ctx, eu)
+
+	a.host = "unix://" + sock
+	run := []string{"run", "--net", "none", "--harness", "shell", "--", "sh", "-c", "echo RAN"}
+	for _, args := range [][]string{run, {"gate", "up", "remote-refused"}, {"state", "ls"}, {"doctor"}} {
+		start = time.Now()
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, args...)
+		took := time.Since(start)
+		t.Logf("aisb %s against %s's engine: exit %d in %v\n%s", args[0], engineUser, r.Code, took.Round(time.Millisecond), r.Stdout+r.Stderr)
+		if r.Code == 0 || strings.Contains(r.Stdout, "RAN") {
+			t.Errorf("aisb %v through %s's engine was not refused: %s", args, engineUser, r)
+			continue
+		}
+		for _, want := range []string{
+			"podman at unix://" + sock + " (CONTAINER_HOST) is not local",
+			fmt.Sprintf("served by uid %s, not this process's uid", eu.Uid),
+			"unset CONTAINER_HOST",
+			// AISB_TRACE says the decision.
+			"trace: engine at unix://" + sock + " is not local",
+		} {
+			// doctor reports its checks on stdout.
+			if !strings.Contains(r.Stdout+r.Stderr, want) {
+				t.Errorf("aisb %s: its output lacks %q: %s", args[0], want, r)
+			}
+		}
+	}
+	// A forwarder of the caller's own uid on this host (as ssh -L or
+	// podman machine's gvproxy would be) to that engine: refused too, for
+	// what serves the socket is not Podman. Control: it does forward.
+	fwd := startForwarder(t, sock)
+	if ping := testhost.Run(t, testhost.UserCommand(ctx, "curl", "-sS", "--max-time", "30", "--unix-socket", fwd, "http://d/_ping")); ping.Code != 0 || strings.TrimSpace(ping.Stdout) != "OK" {
+		t.Fatalf("control: the forwarder does not reach the engine: %s", ping)
+	}
+	a.host = "unix://" + fwd
+	if r := a.runEnv(t, []string{"AISB_TRACE=1"}, run...); r.Code == 0 || !strings.Contains(r.Stderr, "(CONTAINER_HOST) is not local") || !strings.Contains(r.Stderr, "not by Podman") {
+		t.Errorf("aisb run through a same-user forwarder to %s's engine was not refused as one: %s", engineUser, r)
+	}
+
+	// Fail closed: no session begun here,
+	if ids := a.sessionIDs(t); len(ids) != 0 {
+		t.Errorf("the refused run left session directories: %q", ids)
+	}
+	// and nothing made on the other engine.
+	if after := engineObjects(t, ctx, eu); after != before {
+		t.Errorf("the refused commands left something on %s's engine:\nbefore: %s\nafter: %s", engineUser, before, after)
+	}
+
+	// Control 1: the caller's own service, spelled unix://… as well.
+	a.host = a.service(t)
+	if !strings.HasPrefix(a.host, "unix:///") {
+		t.Fatalf("the caller's own service is %q, not a unix:// URI", a.host)
+	}
+	start = time.Now()
+	r := a.runEnv(t, []string{"AISB_TRACE=1"}, run...)
+	t.Logf("control: aisb run through %s's own service: exit %d in %v", testhost.User, r.Code, time.Since(start).Round(time.Millisecond))
+	if r.Code != 0 || !strings.Contains(r.Stdout, "RAN") {
+		t.Fatalf("control: the same run through %s's own service failed: %s", testhost.User, r)
+	}
+	if want := "trace: engine at " + a.host + " is local: its socket is served by podman"; !strings.Contains(r.Stderr, want) {
+		t.Errorf("control: the trace lacks %q: %s", want, r.Stderr)
+	}
+	for _, l := range strings.Split(r.Stderr, "\n") {
+		if strings.Contains(l, "trace: engine at") || strings.Contains(l, "connected to podman") {
+			t.Logf("control: %s", l)
+		}
+	}
+}
+
+// startEngineService starts the engine user's rootless Podman service on a
+// socket of its own in engineSockets, open to the caller (0666 in a
+// directory nobody lists), stopped when t ends.
+func startEngineService(t *testing.T, eu *user.User) string {
+	t.Helper()
+	sock := fmt.Sprintf("%s/remote-%d-%d.sock", engineSockets, os.Getpid(), time.Now().UnixNano())
+	cmd := asEngine(context.Background(), eu, "podman", "system", "service", "--time=0", "unix://"+sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s's podman service: %v", engineUser, err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait(); os.Remove(sock) })
+	if err := testhost.WaitFor(time.Minute, func() error { _, err := os.Stat(sock); return err }); err != nil {
+		t.Fatalf("%s's podman service socket did not appear: %v", engineUser, err)
+	}
+	if err := os.Chmod(sock, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	return sock
+}
+
+// forwarder relays each connection to its socket to another unix socket:
+// a same-user, same-host stand-in for ssh -L.
+const forwarder = `import socket, sys, threading
+ls = socket.socket(socket.AF_UNIX)
+ls.bind(sys.argv[1])
+ls.listen(16)
+def pipe(a, b):
+    try:
+        while True:
+            d = a.recv(65536)
+            if not d:
+                break
+            b.sendall(d)
+    except OSError:
+        pass
+    try:
+        b.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+while True:
+    c, _ = ls.accept()
+    u = socket.socket(socket.AF_UNIX)
+    try:
+        u.connect(sys.argv[2])
+    except OSError:
+        c.close()
+        continue
+    threading.Thread(target=pipe, args=(c, u), daemon=True).start()
+    threading.Thread(target=pipe, args=(u, c), daemon=True).start()
+`
+
+// startForwarder runs the forwarder as the test user, from a socket of its
+// own to target, stopped when t ends.
+func startForwarder(t *testing.T, target string) string {
+	t.Helper()
+	dir := testhost.UserDir(t)
+	script, sock := dir+"/forward.py", dir+"/forward.sock"
+	testhost.WriteUserFile(t, script, forwarder)
+	cmd := testhost.UserCommand(context.Background(), "python3", script, sock, target)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the forwarder: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() })
+	if err := testhost.WaitFor(30*time.Second, func() error { _, err := os.Stat(sock); return err }); err != nil {
+		t.Fatalf("the forwarder's socket did not appear: %v", err)
+	}
+	return sock
+}
+
+// asEngine runs argv as the engine user with a clean rootless environment.
+func asEngine(ctx context.Context, eu *user.User, argv ...string) *exec.Cmd {
+	env := []string{"HOME=" + eu.HomeDir, "USER=" + eu.Username, "XDG_RUNTIME_DIR=/run/user/" + eu.Uid,
+		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "PODMAN_IGNORE_CGROUPSV1_WARNING=1"}
+	cmd := exec.CommandContext(ctx, "runuser", append(append([]string{"-u", eu.Username, "--", "env", "-i"}, env...), argv...)...)
+	cmd.Dir = "/"
+	return cmd
+}
+
+// engineObjects lists every container, volume and image on the engine
+// user's Podman.
+func engineObjects(t *testing.T, ctx context.Context, eu *user.User) string {
+	t.Helper()
+	var b strings.Builder
+	for _, args := range [][]string{{"ps", "-a", "--format", "{{.Names}}"}, {"volume", "ls", "-q"}, {"images", "-q"}} {
+		r := testhost.Run(t, asEngine(ctx, eu, append([]string{"podman"}, args...)...))
+		if r.Code != 0 {
+			t.Fatalf("podman %v as %s: %s", args, engineUser, r)
+		}
+		fmt.Fprintf(&b, "%s: %q; ", args[0], strings.Fields(r.Stdout))
+	}
+	return b.String()
+}
