@@ -70,10 +70,18 @@ func (p *kubePod) play(t *testing.T) {
 	if r := testhost.Podman(t, "pod", "exists", p.name); r.Code == 0 {
 		t.Errorf("%s: the pod is still there after podman kube down", p.name)
 	}
-	left := testhost.Podman(t, "volume", "ls", "-q", "--filter", "name="+p.name+"-")
-	left.Stdout += testhost.Podman(t, "secret", "ls", "--noheading", "--filter", "name="+p.name+"-").Stdout
-	if strings.TrimSpace(left.Stdout) != "" {
-		t.Errorf("%s: left after podman kube down: %s", p.name, left.Stdout)
+	// Podman's name filter matches a part of the name, and the sibling
+	// pods (NAME-ctl, NAME-none, …) may still be running: only this pod's
+	// own volumes and secrets count, NAME-<one word>.
+	var left []string
+	for _, l := range strings.Fields(testhost.Podman(t, "volume", "ls", "-q").Stdout +
+		testhost.Podman(t, "secret", "ls", "--noheading", "--format", "{{.Name}}").Stdout) {
+		if rest, ok := strings.CutPrefix(l, p.name+"-"); ok && !strings.Contains(rest, "-") {
+			left = append(left, l)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("%s: left after podman kube down: %s", p.name, strings.Join(left, " "))
 	}
 }
 
