@@ -53,8 +53,10 @@ var loopCases = map[string]loopCase{
 // each preset's image is built as aisb builds it for a user, the harness
 // runs one real agent loop through the gate, its key set by the gate (the
 // sandbox holds the placeholder), and the file its tool call wrote is in
-// the project. pi's loop is TestCredentialsPiHarness (alone: its image is
-// shared with the terminal tests of the second user).
+// the project. `make test-harness` runs these three; make test skips them
+// (tests/run.sh), since their three images from nothing would take it past
+// its budget. pi's loop is TestCredentialsPiHarness, in make test (alone:
+// its image is shared with the terminal tests of the second user).
 func TestHarnessLoopClaude(t *testing.T)   { parallel(t); harnessLoop(t, loopCases["claude"]) }
 func TestHarnessLoopCodex(t *testing.T)    { parallel(t); harnessLoop(t, loopCases["codex"]) }
 func TestHarnessLoopOpencode(t *testing.T) { parallel(t); harnessLoop(t, loopCases["opencode"]) }

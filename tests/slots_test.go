@@ -18,15 +18,12 @@ import (
 // only starts in its declared order, as before.
 var slowFirst = []string{
 	"TestEntrypointInRootlessContainer", // ~100: every network helper, every probe
-	"TestHarnessLoopClaude",             // ~60 each: a harness image from nothing (an npm install)
 	"TestEscapeBattery",                 // ~100: every escape, with its control
-	"TestHarnessLoopCodex",
 	// ~90: it builds the pi image. The other state tests are not listed:
 	// they wait for that build and are short once it is done, so they
 	// start in their declared order, late (two of them holding slots
 	// while one build ran cost ~30 s).
 	"TestStateImport",
-	"TestHarnessLoopOpencode",
 	"TestLiveAgentCannotSteer",
 	"TestAllowUnenforcedStillEnforces",
 	"TestBuildQuietUnlessVerbose", // image builds from nothing
