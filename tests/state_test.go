@@ -341,6 +341,11 @@ func TestStateImport(t *testing.T) {
 	a := newAisb(t, testhost.BaseImage, "")
 	home, env := fakeHome(t)
 	before := treeDigest(t, home)
+	// state import reaches the volume through an image of aisb's: on a
+	// fresh user there is none until one is built (it says so).
+	if r := a.run(t, "image", "build", "--harness", "pi"); r.Code != 0 {
+		t.Fatalf("aisb image build --harness pi: %s", r)
+	}
 	show := "cat ~/.pi/agent/settings.json; echo; for f in auth.json prompts/review.md prompts/link.md; do test -e ~/.pi/agent/$f && echo HAS $f || echo NO $f; done; stat -c 'OWNER %n %u:%g %a' ~/.pi/agent ~/.pi/agent/settings.json; test -e ~/.pi/agent/auth.json && stat -c 'OWNER %n %u:%g %a' ~/.pi/agent/auth.json; true"
 
 	r := a.runEnv(t, env, "state", "import", "pi")
