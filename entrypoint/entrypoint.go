@@ -243,13 +243,20 @@ func (e *Entrypoint) enforce(p contract.Policy) error {
 	if err != nil {
 		return fail("build table", ExitPolicy, err)
 	}
-	conn, err := e.nft()
+	return installTable(e.nft, rs, "the sandbox needs CAP_NET_ADMIN for its first moments")
+}
+
+// installTable installs rs over a connection from nft and reads it back:
+// the sandbox's and a pod's init container's one way to the table. needs
+// says what a refusal (EPERM) means for the caller's container.
+func installTable(nft func() (*nftables.Conn, error), rs *ruleset.Ruleset, needs string) error {
+	conn, err := nft()
 	if err != nil {
 		return fail("install table", ExitEnforce, err)
 	}
 	if err := rs.Apply(conn); err != nil {
 		if errors.Is(err, syscall.EPERM) {
-			err = fmt.Errorf("%w (the sandbox needs CAP_NET_ADMIN for its first moments)", err)
+			err = fmt.Errorf("%w (%s)", err, needs)
 		}
 		return fail("install table", ExitEnforce, err)
 	}

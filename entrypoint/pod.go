@@ -137,18 +137,8 @@ func (p *Pod) table() error {
 	if err != nil {
 		return err
 	}
-	conn, err := p.nft()
-	if err != nil {
-		return fail("install table", ExitEnforce, err)
-	}
-	if err := rs.Apply(conn); err != nil {
-		if errors.Is(err, syscall.EPERM) {
-			err = fmt.Errorf("%w (the init container needs CAP_NET_ADMIN)", err)
-		}
-		return fail("install table", ExitEnforce, err)
-	}
-	if err := rs.Verify(conn); err != nil {
-		return fail("verify table", ExitEnforce, err)
+	if err := installTable(p.nft, rs, "the init container needs CAP_NET_ADMIN"); err != nil {
+		return err
 	}
 	ns, err := p.netns()
 	if err != nil {
