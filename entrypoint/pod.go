@@ -30,6 +30,7 @@ import (
 	"github.com/google/nftables"
 
 	"github.com/aisb-dev/aisb/contract"
+	"github.com/aisb-dev/aisb/internal/safefile"
 	"github.com/aisb-dev/aisb/ruleset"
 )
 
@@ -228,7 +229,7 @@ func (p *Pod) pod(argv []string) error {
 	if err != nil {
 		return fail("verify table", ExitEnforce, err)
 	}
-	got, err := readCapped(filepath.Join(p.dir, contract.PodRecord), maxRecord)
+	got, err := safefile.Read(filepath.Join(p.dir, contract.PodRecord), maxRecord)
 	if err != nil {
 		return fail("verify table", ExitEnforce, fmt.Errorf("%w: %v (the init container installs it: aisb-entrypoint table)", ErrRecord, err))
 	}
@@ -236,7 +237,7 @@ func (p *Pod) pod(argv []string) error {
 		return fail("verify table", ExitEnforce, fmt.Errorf("%w differs from the table of this policy in %s", ErrRecord, ns))
 	}
 	if pol.SessionCA != "" {
-		b, err := readCapped(filepath.Join(p.dir, contract.PodCABundle), 16<<20)
+		b, err := safefile.Read(filepath.Join(p.dir, contract.PodCABundle), 16<<20)
 		if err != nil || !containsCert(b, pol.SessionCA) {
 			return fail("trust the session CA", ExitEnforce, fmt.Errorf("%s lacks the session CA", filepath.Join(p.dir, contract.PodCABundle)))
 		}
@@ -292,28 +293,4 @@ func awaitListener(addr string, wait time.Duration) error {
 
 func containsCert(bundle []byte, ca string) bool {
 	return bytes.Contains(bundle, bytes.TrimSpace([]byte(ca)))
-}
-
-// readCapped reads a plain file (no link followed) of at most max bytes.
-func readCapped(path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a plain file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("%s: over %d bytes", path, max)
-	}
-	return b, nil
 }

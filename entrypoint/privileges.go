@@ -21,15 +21,9 @@ import (
 // setresgid and setresuid go through Go's syscall package, which applies them
 // to every thread of the process.
 func dropPrivileges(uid, gid int) error {
-	last, err := lastCap()
-	if err != nil {
-		return err
-	}
 	// 1. Empty the bounding set (needs CAP_SETPCAP, so before the uid change).
-	for c := 0; c <= last; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
-		}
+	if err := dropBounding(); err != nil {
+		return err
 	}
 	// 2. Empty the ambient set.
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
