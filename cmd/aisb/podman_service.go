@@ -12,7 +12,7 @@ func podmanServiceCommand() *cli.Command {
 	return &cli.Command{
 		Name:   "internal-podman-service",
 		Hidden: true,
-		Usage:  "run aisb's shared Podman service until no aisb has used it for a minute",
+		Usage:  "run aisb's shared Podman service until no aisb has used it for 10 minutes",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Required: true},
 			&cli.DurationFlag{Name: "idle", Value: engine.SharedIdle},

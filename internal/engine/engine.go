@@ -240,7 +240,7 @@ func (c *Conn) How() string {
 	case c.Private():
 		return "a private service aisb started"
 	case c.Shared():
-		return "aisb's shared service, which stops after a minute unused"
+		return "aisb's shared service, which stops after 10 minutes unused"
 	}
 	return "the user's service"
 }

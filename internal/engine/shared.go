@@ -35,7 +35,11 @@ import (
 )
 
 // SharedIdle is how long the shared service lives without any aisb process.
-const SharedIdle = time.Minute
+// Starting it costs a session ~270 ms on the 2-core test host (1.7× a bare
+// `podman run`), so it outlives a pause of a few minutes between sessions;
+// idle it holds ~80 MB resident (the keeper ~25 MB, Podman ~54 MB, of which
+// ~17 MB its own: docs/performance.md).
+const SharedIdle = 10 * time.Minute
 
 // sharedProtocol names this arrangement of files and locks; a keeper of
 // another arrangement never serves this aisb (its files have other names).

@@ -38,6 +38,9 @@ type handoff struct {
 
 const handoffName = "finish.json"
 
+// finishYield bounds how long a watchdog lets starting sessions go first.
+const finishYield = time.Second
+
 // handOff converts what the gate logged so far and hands the rest to the
 // watchdog, the gate's secrets included (it removes them once squid is
 // gone); where that fails, it finishes the gate itself and reports that it
@@ -94,6 +97,9 @@ func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, 
 // the audit marked complete, then the gate (and the exited sandbox, which aisb
 // leaves to the watchdog) removed. What fails is recorded where `aisb audit` finds it.
 func Finish(ctx context.Context, where engine.Where, paths state.Paths, id string, logf func(string, ...any)) error {
+	// The next session's start goes first: the finish below costs a few
+	// tenths of a second of CPU (squid's end, Podman's removals).
+	paths.WaitNoStart(finishYield)
 	auditDir := paths.AuditDir()
 	dir := paths.SessionDir(id)
 	var h handoff

@@ -61,6 +61,9 @@ type run struct {
 	// Podman cleanup then runs off the user's path.
 	leave bool
 
+	// started says that the session no longer starts (state.Starting).
+	started func()
+
 	// steps lists the teardown's steps as they ran (for the order tests).
 	steps []string
 }
@@ -79,7 +82,7 @@ type sandboxBox interface {
 // set-up, the git directories and the credentials. Bad input stops the
 // session here, before anything starts.
 func plan(o Options) (*run, error) {
-	r := &run{o: o, trace: tracer(o.Trace, o.Logf)}
+	r := &run{o: o, trace: tracer(o.Trace, o.Logf), started: func() {}}
 	cfg := o.Config.Config
 	var err error
 	if r.h, err = harness.Lookup(cfg.Sandbox.Harness); err != nil {
@@ -285,6 +288,7 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 		r.trace("entrypoint told the gate is ready")
 	}
 	r.trace("network ready")
+	r.started()
 	exit, err := r.box.Wait()
 	if err == nil {
 		// In review mode the overlay is scrubbed once the sandbox is gone

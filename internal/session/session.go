@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aisb-dev/aisb/contract"
@@ -64,6 +65,10 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	defer r.teardown()
+	// Until its sandbox runs, the watchdogs of sessions that ended wait
+	// with their finish (state.Starting).
+	r.started = sync.OnceFunc(o.Paths.Starting())
+	defer r.started()
 	// Podman checks the images, and the sweep for what dead sessions left
 	// runs, while the session's directory, watchdog and steering are set
 	// up; both end before this session creates anything.
