@@ -213,13 +213,17 @@ func idleService(b *testing.B) {
 		measured: fmt.Sprintf("%.0f MB (%.0f MB proportional)", float64(rss)/1024, float64(pss)/1024), baseline: "—", goal: noGoal})
 }
 
-// childPids lists pid's children.
+// childPids lists pid's children (of any of its threads: Go forks from
+// whichever runs).
 func childPids(pid int) []int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if c, err := strconv.Atoi(f); err == nil {
-			out = append(out, c)
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
 		}
 	}
 	return out

@@ -66,7 +66,7 @@ func handOff(ctx context.Context, c engine.Engine, o Options, id string, g *gate
 		return true, ferr
 	}
 	o.Logf("%v; finishing the gate before returning", err)
-	aerr := finishAudit(ctx, g, auditDir, h, o.Logf)
+	aerr := finishAudit(ctx, g, auditDir, h, func() {}, o.Logf)
 	err = errors.Join(audit.FinishedAudit(auditDir, id, aerr), g.Kill(c))
 	trace("gate removed")
 	if aerr != nil {
@@ -76,17 +76,19 @@ func handOff(ctx context.Context, c engine.Engine, o Options, id string, g *gate
 }
 
 // finishAudit converts the gate's last lines from where aisb stopped: once
-// the gate has logged all it will (gate.Quiesce), squid is killed, so that
+// the gate has logged all it will (gate.Quiesce) and yield has returned (a
+// watchdog's: until no session is starting, at most finishYield), squid is killed, so that
 // nothing can be logged after the audit is closed, and what is left is
 // converted. Without squid's process (it was not seen), it is converted
 // once the log is quiet, and killed by Podman afterwards.
-func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, logf func(string, ...any)) error {
+func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, yield func(), logf func(string, ...any)) error {
 	a, err := audit.OpenAudit(auditDir, g.Session, audit.AuditLimits{Session: h.SessionMax})
 	if err != nil {
 		return err
 	}
 	follower := gate.StartFollow(ctx, g, a, h.Offset, logf)
 	g.Quiesce(time.Second)
+	yield()
 	g.KillSquid(time.Second)
 	return errors.Join(follower.Stop(), a.Close())
 }
@@ -97,9 +99,6 @@ func finishAudit(ctx context.Context, g *gate.Gate, auditDir string, h handoff, 
 // the audit marked complete, then the gate (and the exited sandbox, which aisb
 // leaves to the watchdog) removed. What fails is recorded where `aisb audit` finds it.
 func Finish(ctx context.Context, where engine.Where, paths state.Paths, id string, logf func(string, ...any)) error {
-	// The next session's start goes first: the finish below costs a few
-	// tenths of a second of CPU (squid's end, Podman's removals).
-	paths.WaitNoStart(finishYield)
 	auditDir := paths.AuditDir()
 	dir := paths.SessionDir(id)
 	var h handoff
@@ -113,7 +112,12 @@ func Finish(ctx context.Context, where engine.Where, paths state.Paths, id strin
 		var g *gate.Gate
 		g, err = gate.Running(gate.Known{Session: id, Dir: gateDir(dir), Port: h.Port, TLSPort: h.TLSPort, Squid: h.Squid})
 		if err == nil {
-			err = finishAudit(ctx, g, auditDir, h, logf)
+			// A session starting meanwhile goes first: squid's end and
+			// the removals below cost Podman's locks and a few tenths of
+			// a second of CPU. Waiting here, once squid is quiet, also
+			// catches the session started right after this one's aisb
+			// returned.
+			err = finishAudit(ctx, g, auditDir, h, func() { paths.WaitNoStart(finishYield) }, logf)
 		}
 	}
 	// squid is gone (or, not seen, about to be): its secrets go before the
