@@ -179,7 +179,7 @@ func BenchmarkScale(b *testing.B) {
 		a.Project = project
 		args := append(append([]string{"run", "--harness", "shell"}, net...), "--", "/project/probe", "enforced", "-ca", "/project/ca.pem",
 			"-direct", scaleDirect, "-hold", "/project/go", upstreamURL+"/")
-		return a.Command(b, ctx, "", nil, args...)
+		return a.Command(b, ctx, "", []string{"AISB_TRACE=1"}, args...)
 	}
 
 	// The control of the block: the upstream's 443 answers a direct
@@ -254,11 +254,30 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 	loadUp := loadavg()
+	if allUp {
+		// The control of the check for what is left: while all are up it
+		// finds every session's two containers and its running mark.
+		var containers, marked int
+		during, _ := leftovers(b, c, u, uid, before, mem)
+		for _, l := range during {
+			if strings.HasPrefix(l, "container ") {
+				containers++
+			}
+			if strings.Contains(l, "still marked running") {
+				marked++
+			}
+		}
+		if containers != 2*scaleSessions || marked != scaleSessions {
+			b.Errorf("control: while all %d sessions are up the check for what is left sees %d containers (want %d) and %d running sessions (want %d)",
+				scaleSessions, containers, 2*scaleSessions, marked, scaleSessions)
+		}
+	}
 	for _, p := range projects {
 		testhost.WriteUserFile(b, filepath.Join(p, "go"), "")
 	}
 	var starts []time.Duration
 	enforced := 0
+	gates, directs := map[string]int{}, map[string]int{}
 	for i, l := range runs {
 		select {
 		case <-l.done:
@@ -276,19 +295,42 @@ func BenchmarkScale(b *testing.B) {
 			b.Errorf("session %d of %d is not enforced (direct: %q, through %q: status %d %s)", i+1, scaleSessions, r.Direct, r.Proxy, r.Status, r.Error)
 		default:
 			enforced++
+			gates[r.Proxy]++
+			directs[r.Direct]++
 		}
 		if first > 0 {
 			starts = append(starts, first)
 		}
+	}
+	for proxy, n := range gates {
+		if n > 1 {
+			b.Errorf("%d sessions went through the same gate %s: each must have its own", n, proxy)
+		}
+	}
+	var how []string
+	for d, n := range directs {
+		how = append(how, fmt.Sprintf("%d× %q", n, d))
+	}
+	slices.Sort(how)
+	note("\nTwenty at once, how the direct connections to %s ended: %s.\n", scaleDirect, strings.Join(how, ", "))
+	scalePhases(runs)
+	var cpu []time.Duration
+	for _, l := range runs {
+		if st := l.cmd.ProcessState; st != nil {
+			cpu = append(cpu, st.UserTime()+st.SystemTime())
+		}
+	}
+	if len(cpu) > 0 {
+		note("\nTwenty at once: each `aisb run` used %s of CPU (median; the slowest %s), itself and what it waited for, not its watchdog.\n", fmtMs(median(cpu)), fmtMs(slices.Max(cpu)))
 	}
 	exited := time.Now()
 	finished := settleUser(b, uid, 3*time.Minute)
 	finish := time.Since(exited)
 	// What a process's parent has not yet collected, or Podman removes in
 	// its own time after a watchdog's call returned, gets 10 s more.
-	var left []string
+	var left, wedged []string
 	testhost.WaitFor(10*time.Second, func() error {
-		if left = leftovers(b, c, u, uid, before, mem); len(left) > 0 {
+		if left, wedged = leftovers(b, c, u, uid, before, mem); len(left) > 0 {
 			return fmt.Errorf("%d left", len(left))
 		}
 		return nil
@@ -298,6 +340,9 @@ func BenchmarkScale(b *testing.B) {
 	}
 	for _, l := range left {
 		b.Errorf("left after the burst: %s", l)
+	}
+	for _, w := range wedged {
+		note("\nTwenty at once, not counted as left (Podman's, see leftovers in bench/stock_test.go): %s.\n", w)
 	}
 	if !allUp {
 		b.Errorf("not all %d sessions came up together: memory not measured", scaleSessions)
@@ -354,4 +399,29 @@ func testUID(b *testing.B) uint32 {
 	}
 	n, _ := strconv.Atoi(u.Uid)
 	return uint32(n)
+}
+
+// scalePhases notes, for each AISB_TRACE line of the sessions, when the
+// sessions reached it (from each aisb's own start): the median and the
+// slowest of them, so that where twenty at once wait shows.
+func scalePhases(runs []*launched) {
+	var order []string
+	at := map[string][]time.Duration{}
+	for _, l := range runs {
+		for _, m := range traceLine.FindAllStringSubmatch(l.stder.String(), -1) {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			if _, ok := at[m[2]]; !ok {
+				order = append(order, m[2])
+			}
+			at[m[2]] = append(at[m[2]], time.Duration(v*float64(time.Millisecond)))
+		}
+	}
+	if len(order) == 0 {
+		note("\nTwenty at once: no AISB_TRACE phases were printed.\n")
+		return
+	}
+	note("\n### Twenty at once: when the sessions reached each phase (AISB_TRACE=1, ms from each aisb's start)\n\n| phase (the trace's line) | median | slowest | sessions |\n|---|---|---|---|\n")
+	for _, name := range order {
+		note("| %s | %.0f | %.0f | %d |\n", name, ms(median(at[name])), ms(slices.Max(at[name])), len(at[name]))
+	}
 }
