@@ -39,6 +39,7 @@ type launched struct {
 	cmd   *exec.Cmd
 	mu    sync.Mutex
 	first time.Duration // from the barrier to the first line of stdout; 0: none yet
+	ended time.Duration // from the barrier to the command's exit, once done
 	lines []string
 	err   error
 	done  chan struct{}
@@ -99,6 +100,7 @@ func launch(b *testing.B, cmds []*exec.Cmd) []*launched {
 				l.mu.Unlock()
 			}
 			l.err = cmd.Wait()
+			l.ended = time.Since(at)
 		}()
 	}
 	ready.Wait()
@@ -199,13 +201,12 @@ func BenchmarkScale(b *testing.B) {
 	for i := 0; i < 5; i++ {
 		settleUser(b, uid, 30*time.Second)
 		l := launch(b, []*exec.Cmd{bare()})[0]
-		start := time.Now()
 		<-l.done
-		if first, _ := l.snapshot(); l.err != nil || first == 0 {
+		first, _ := l.snapshot()
+		if l.err != nil || first == 0 {
 			b.Fatalf("bare podman run: %s", l)
 		}
-		first, _ := l.snapshot()
-		alone, aloneExit = append(alone, first), append(aloneExit, first+time.Since(start))
+		alone, aloneExit = append(alone, first), append(aloneExit, l.ended)
 	}
 	settleUser(b, uid, 30*time.Second)
 	bares := launch(b, slices.Collect(func(yield func(*exec.Cmd) bool) {
@@ -245,6 +246,12 @@ func BenchmarkScale(b *testing.B) {
 		cmds = append(cmds, session(p, "--allow", "allowed.test"))
 	}
 	runs := launch(b, cmds)
+	release := func() {
+		for _, p := range projects {
+			os.WriteFile(filepath.Join(p, "go"), nil, 0o644)
+		}
+	}
+	defer release() // a failure never leaves the sessions holding
 	allUp := waitAll(runs, 10*time.Minute, func(l *launched) bool { _, ok := l.result(); return ok })
 	var mem gateMemory
 	if allUp {
@@ -272,9 +279,7 @@ func BenchmarkScale(b *testing.B) {
 				scaleSessions, containers, 2*scaleSessions, marked, scaleSessions)
 		}
 	}
-	for _, p := range projects {
-		testhost.WriteUserFile(b, filepath.Join(p, "go"), "")
-	}
+	release()
 	var starts []time.Duration
 	enforced := 0
 	gates, directs := map[string]int{}, map[string]int{}
