@@ -1,5 +1,11 @@
 package bench
 
+// This file is over 300 lines because it is one inventory: what a user's
+// sessions can leave (containers, volumes, namespaces, processes, ports,
+// live state, secrets), taken before and after BenchmarkScale's burst, and
+// the memory of what runs while the burst is up; split, the before and the
+// after would drift apart.
+
 import (
 	"context"
 	"encoding/json"
