@@ -6,6 +6,11 @@
 //	probe latency  -ca FILE -n N URL  each request on a new connection (a new CONNECT through the gate)
 //	probe download -ca FILE -n N URL  N downloads of URL side by side on one connection each
 //	probe stream   -ca FILE -n N URL  time to the first event of a server-sent event stream
+//	probe enforced -ca FILE -direct ADDR:PORT -hold FILE URL
+//	                                  "started" at once, then whether a direct connection to
+//	                                  ADDR:PORT got through and what one GET of URL answered;
+//	                                  then it waits until FILE exists (so many sessions are up
+//	                                  at the same moment) and exits 0
 package main
 
 import (
@@ -17,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -33,9 +39,16 @@ func main() {
 	ca := fs.String("ca", "", "PEM file of the CA the upstream's certificate is signed by")
 	n := fs.Int("n", 1, "how many requests")
 	warm := fs.Int("warm", 0, "requests made first and not counted")
+	direct := fs.String("direct", "", "enforced: the address a direct connection is tried to")
+	hold := fs.String("hold", "", "enforced: the file whose existence ends the wait")
 	fs.Parse(os.Args[2:])
-	if fs.NArg() != 1 || *ca == "" || *n < 1 {
+	if fs.NArg() != 1 || *ca == "" || *n < 1 || os.Args[1] == "enforced" && (*direct == "" || *hold == "") {
 		usage()
+	}
+	if os.Args[1] == "enforced" {
+		// The session's first line, before anything is tried: the
+		// benchmark times its start to here.
+		fmt.Println("started")
 	}
 	pool, err := caPool(*ca)
 	if err != nil {
@@ -50,6 +63,12 @@ func main() {
 		out, err = download(pool, url, *n)
 	case "stream":
 		out, err = stream(pool, url, *warm, *n)
+	case "enforced":
+		json.NewEncoder(os.Stdout).Encode(enforced(pool, url, *direct))
+		if err := waitFor(*hold); err != nil {
+			fail(err)
+		}
+		return
 	default:
 		usage()
 	}
@@ -60,7 +79,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: probe latency|download|stream -ca FILE [-n N] [-warm N] URL")
+	fmt.Fprintln(os.Stderr, "usage: probe latency|download|stream -ca FILE [-n N] [-warm N] URL | probe enforced -ca FILE -direct ADDR:PORT -hold FILE URL")
 	os.Exit(2)
 }
 
@@ -200,4 +219,54 @@ func stream(pool *x509.CertPool, url string, warm, n int) (Stream, error) {
 		}
 	}
 	return out, nil
+}
+
+// Enforced is what one session found: whether a direct connection got
+// through (it must not, under the sandbox's table) and what a request by
+// name answered (through the proxy of the environment, the gate).
+type Enforced struct {
+	DirectConnected bool   `json:"direct_connected"`
+	Direct          string `json:"direct"` // how the direct connection ended
+	Proxy           string `json:"proxy"`  // the proxy the request went through; "" for none
+	Status          int    `json:"status"`
+	Error           string `json:"error,omitempty"`
+}
+
+func enforced(pool *x509.CertPool, url, direct string) Enforced {
+	var out Enforced
+	if conn, err := net.DialTimeout("tcp", direct, 3*time.Second); err == nil {
+		out.DirectConnected, out.Direct = true, "connected to "+conn.RemoteAddr().String()
+		conn.Close()
+	} else {
+		out.Direct = err.Error()
+	}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	if p, err := http.ProxyFromEnvironment(req); err == nil && p != nil {
+		out.Proxy = p.Host
+	}
+	c := client(pool, false)
+	c.Timeout = time.Minute
+	resp, err := c.Do(req)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	out.Status = resp.StatusCode
+	return out
+}
+
+// waitFor waits until path exists, an hour at most.
+func waitFor(path string) error {
+	for deadline := time.Now().Add(time.Hour); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s did not appear within an hour", path)
 }
