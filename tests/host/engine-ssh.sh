@@ -5,11 +5,13 @@
 #   - OpenSSH's sshd on $AISB_ENG_ADDR:22 (a throw-away host key made here in
 #     $state/ssh), letting in only the engine user ($AISB_ENGINE_USER), by the
 #     keys a test writes to $state/ssh/authorized_keys/$AISB_ENGINE_USER, with
-#     unix-socket forwarding only (what podman's ssh:// transport uses);
+#     local forwarding only (a unix socket is what podman's ssh:// transport
+#     uses; sshd allows that only with local TCP forwarding);
 #   - the engine user's rootless `podman system service` on its usual socket
 #     /run/user/UID/podman/podman.sock, started *inside* the namespace, so a
 #     gate with --network=host and pasta's sandbox live on that namespace's
-#     loopback and interfaces, as on a real remote.
+#     loopback and interfaces, as on a real remote;
+#   - the offline base image in the engine user's storage.
 # Addresses (198.51.100.40/29, unused by upstream.sh and env.sh):
 #   aisb-eng0 (root ns) 198.51.100.41/32, route to 198.51.100.42/32
 #   eth0 (aisb-eng)     198.51.100.42/30, default via 198.51.100.41 (pasta
@@ -76,7 +78,9 @@ PermitRootLogin no
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-AllowTcpForwarding no
+# sshd permits a direct-streamlocal channel (podman's ssh:// transport) only
+# where local TCP forwarding is permitted too; nothing remote.
+AllowTcpForwarding local
 AllowStreamLocalForwarding local
 AllowAgentForwarding no
 X11Forwarding no
@@ -145,10 +149,20 @@ service_up() {
 	die "$eu's podman service in $ns did not come up; see $state/podman-$eu.log"
 }
 
+# base_image gives the engine user the offline base image (from the test
+# user's storage, as setup.sh built it there), for the tests' containers.
+base_image() {
+	as_named "$eu" podman image exists "$AISB_TEST_BASE_IMAGE" && return 0
+	as_named "$AISB_TEST_USER" podman image exists "$AISB_TEST_BASE_IMAGE" ||
+		die "$AISB_TEST_USER has no $AISB_TEST_BASE_IMAGE to copy (setup.sh's base_image makes it)"
+	as_named "$AISB_TEST_USER" podman save "$AISB_TEST_BASE_IMAGE" | as_named "$eu" podman load -q >/dev/null
+}
+
 up() {
 	install -d -m 0755 "$state"
 	network
 	sshd_up
+	base_image
 	service_up
 }
 
