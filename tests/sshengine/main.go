@@ -8,7 +8,8 @@
 //	            prints a Probe as JSON. A failed Connect exits 3 with the error.
 //	-do pairs   Connect + one trivial container (create, start, wait,
 //	            remove) + Close, alternately on -local and -uri, -n times;
-//	            prints the durations as JSON.
+//	            prints the durations as JSON (-connect-only: Connect and
+//	            Close alone).
 package main
 
 import (
@@ -44,6 +45,7 @@ type Probe struct {
 type Pairs struct {
 	Local, SSH             []float64
 	LocalMedian, SSHMedian float64
+	DiffMedian             float64 // the median of each pair's SSH minus Local
 }
 
 func main() {
@@ -53,6 +55,7 @@ func main() {
 	image := flag.String("image", "", "image to run")
 	do := flag.String("do", "probe", "probe or pairs")
 	n := flag.Int("n", 7, "pairs")
+	connectOnly := flag.Bool("connect-only", false, "-do pairs times Connect and Close alone")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -82,7 +85,7 @@ func main() {
 				to  *[]float64
 			}{{*local, &p.Local}, {*uri, &p.SSH}} {
 				start := time.Now()
-				if err := trivial(ctx, where(side.uri), *image, i); err != nil {
+				if err := trivial(ctx, where(side.uri), *image, i, *connectOnly); err != nil {
 					fmt.Fprintf(os.Stderr, "%s: %v\n", side.uri, err)
 					os.Exit(1)
 				}
@@ -90,6 +93,11 @@ func main() {
 			}
 		}
 		p.LocalMedian, p.SSHMedian = median(p.Local), median(p.SSH)
+		var diffs []float64
+		for i := range p.Local {
+			diffs = append(diffs, p.SSH[i]-p.Local[i])
+		}
+		p.DiffMedian = median(diffs)
 		out = p
 	default:
 		fmt.Fprintf(os.Stderr, "-do %q: probe or pairs\n", *do)
@@ -157,12 +165,15 @@ func probe(ctx context.Context, c *engine.Conn, image string) (Probe, error) {
 
 // trivial is the start-up path of a session at its smallest: connect, one
 // container created, started, waited for and removed, disconnect.
-func trivial(ctx context.Context, w engine.Where, image string, i int) error {
+func trivial(ctx context.Context, w engine.Where, image string, i int, connectOnly bool) error {
 	c, err := engine.Connect(ctx, w)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	if connectOnly {
+		return nil
+	}
 	name := fmt.Sprintf("aisb-sshpair-%d-%d", os.Getpid(), i)
 	s := specgen.NewSpecGenerator(image, false)
 	s.Name = name
