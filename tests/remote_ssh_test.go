@@ -135,6 +135,10 @@ func TestRemoteSSHEngine(t *testing.T) {
 	if !p.Created || !p.Removed {
 		t.Errorf("create and remove through ssh: created %v, removed %v", p.Created, p.Removed)
 	}
+	// The tunnel's socket went with Close, on the caller's side.
+	if left, _ := filepath.Glob("/run/user/" + caller.Uid + "/aisb/ssh-*"); len(left) != 0 {
+		t.Errorf("the closed connection left its tunnel's directory: %q", left)
+	}
 	if left := leftovers(); left != "" {
 		t.Errorf("the probe left containers on %s's engine: %s", engineUser, left)
 	}

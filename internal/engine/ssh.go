@@ -282,6 +282,7 @@ func dialSSH(ctx context.Context, uri string, cfg SSHConfig, dir string) (*sshTu
 		client.Close()
 		return nil, fmt.Errorf("ssh tunnel: %w", err)
 	}
+	sweepTunnels(dir)
 	private, err := os.MkdirTemp(dir, "ssh-")
 	if err != nil {
 		client.Close()
@@ -357,6 +358,25 @@ func relay(a, b net.Conn) {
 	wg.Wait()
 	a.Close()
 	b.Close()
+}
+
+// sweepTunnels removes what killed aisb processes left of their tunnels in
+// dir: a socket nothing answers on, or a directory that has had none for a
+// minute (one being made has its socket within microseconds).
+func sweepTunnels(dir string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "ssh-*"))
+	for _, d := range old {
+		sock := filepath.Join(d, "podman.sock")
+		if _, err := os.Lstat(sock); err == nil {
+			if !listening(sock) {
+				os.RemoveAll(d)
+			}
+			continue
+		}
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() && time.Since(fi.ModTime()) > time.Minute {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // Close ends the SSH connection and removes the socket.

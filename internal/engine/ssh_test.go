@@ -3,9 +3,12 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSSH(t *testing.T) {
@@ -77,5 +80,39 @@ func TestSSHAuthIdentity(t *testing.T) {
 	}
 	if _, _, err := (SSHConfig{Home: t.TempDir()}).auth(); err == nil || !strings.Contains(err.Error(), "no key to log in with") {
 		t.Errorf("no key at all: %v", err)
+	}
+}
+
+// A dead tunnel's directory (its aisb was killed) is swept; a live one,
+// and a fresh one still without its socket, are not.
+func TestSweepTunnels(t *testing.T) {
+	dir := t.TempDir()
+	dead := filepath.Join(dir, "ssh-dead")
+	live := filepath.Join(dir, "ssh-live")
+	fresh := filepath.Join(dir, "ssh-fresh")
+	stale := filepath.Join(dir, "ssh-stale")
+	for _, d := range []string{dead, live, fresh, stale} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := net.Listen("unix", filepath.Join(live, "podman.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	l2, err := net.Listen("unix", filepath.Join(dead, "podman.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.(*net.UnixListener).SetUnlinkOnClose(false)
+	l2.Close()
+	long := time.Now().Add(-2 * time.Minute)
+	os.Chtimes(stale, long, long)
+	sweepTunnels(dir)
+	for d, want := range map[string]bool{dead: false, live: true, fresh: true, stale: false} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(d), err == nil, want)
+		}
 	}
 }
