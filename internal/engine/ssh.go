@@ -275,12 +275,10 @@ func dialSSH(ctx context.Context, uri string, cfg SSHConfig, dir string) (*sshTu
 		return nil, fmt.Errorf("ssh to %s: reach %s there: %w (is the user's podman service running? systemctl --user enable --now podman.socket)", t.addr, t.path, err)
 	}
 	probe.Close()
-	if dir == "" {
+	// The runtime directory, else (none, as on macOS, where /run/user is
+	// not) the temporary one; the socket's own directory is 0700 in either.
+	if dir == "" || os.MkdirAll(dir, 0o700) != nil {
 		dir = os.TempDir()
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		client.Close()
-		return nil, fmt.Errorf("ssh tunnel: %w", err)
 	}
 	sweepTunnels(dir)
 	private, err := os.MkdirTemp(dir, "ssh-")
