@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,6 +80,7 @@ func TestRemoteSSHEngine(t *testing.T) {
 		t.Errorf("%s reads %s's home %s: %s", testhost.User, engineUser, eu.HomeDir, r)
 	}
 
+	t.Logf("%v: controls done", time.Since(began).Round(time.Millisecond))
 	// The caller's key, authorized for the engine user; a second one not.
 	for _, k := range []string{"id", "other"} {
 		if r := testhost.Run(t, testhost.UserCommand(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "aisb-test-"+k, "-f", filepath.Join(dir, k))); r.Code != 0 {
@@ -143,6 +146,44 @@ func TestRemoteSSHEngine(t *testing.T) {
 		t.Errorf("the probe left containers on %s's engine: %s", engineUser, left)
 	}
 
+	t.Logf("%v: first probe done", time.Since(began).Round(time.Millisecond))
+	// SIGKILL of a connected process: its tunnel's directory stays behind
+	// until the next ssh:// Connect of the user, which sweeps it, and the
+	// engine host's sshd ends that login.
+	sessionsBefore := sshdSessions(t, eu)
+	hold := testhost.UserCommand(ctx, "CONTAINER_SSHKEY="+filepath.Join(dir, "id"), "AISB_SSH_KNOWN_HOSTS="+known,
+		bin, "-do", "hold", "-uri", uri, "-runtime-dir", "/run/user/"+caller.Uid)
+	hold.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // runuser's child too
+	out, err := hold.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 10)
+	if n, _ := io.ReadFull(out, line); string(line[:n]) != "connected\n" {
+		syscall.Kill(-hold.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("hold: %q", line[:n])
+	}
+	if n := sshdSessions(t, eu); n <= sessionsBefore {
+		t.Errorf("control: no sshd session of %s while connected (%d, %d before)", engineUser, n, sessionsBefore)
+	}
+	syscall.Kill(-hold.Process.Pid, syscall.SIGKILL)
+	hold.Wait()
+	if left, _ := filepath.Glob("/run/user/" + caller.Uid + "/aisb/ssh-*"); len(left) != 1 {
+		t.Errorf("control: the killed process's tunnel directory: %q, want one", left)
+	}
+	if err := testhost.WaitFor(30*time.Second, func() error {
+		if n := sshdSessions(t, eu); n > sessionsBefore {
+			return fmt.Errorf("%d sshd sessions of %s, %d before", n, engineUser, sessionsBefore)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("the engine host kept the killed process's login: %v", err)
+	}
+
+	t.Logf("%v: SIGKILL part done", time.Since(began).Round(time.Millisecond))
 	// Refused: a key the engine host does not let in,
 	if r := probe("other", known); r.Code != 3 || !strings.Contains(r.Stderr, "unable to authenticate") || !strings.Contains(r.Stderr, "CONTAINER_SSHKEY") {
 		t.Errorf("a key the engine host does not know was not refused as such: %s", r)
@@ -162,7 +203,14 @@ func TestRemoteSSHEngine(t *testing.T) {
 	if r := probe("id", changed); r.Code != 3 || !strings.Contains(r.Stderr, "is not the one "+changed+" pin") {
 		t.Errorf("a changed host key was not refused as one: %s", r)
 	}
+	if r := probe("id", known); r.Code != 0 {
+		t.Errorf("engine.Connect over ssh:// after the refusals: %s", r)
+	}
+	if left, _ := filepath.Glob("/run/user/" + caller.Uid + "/aisb/ssh-*"); len(left) != 0 {
+		t.Errorf("the next Connect left the killed process's tunnel directory: %q", left)
+	}
 
+	t.Logf("%v: refusals done", time.Since(began).Round(time.Millisecond))
 	// aisb doctor on that engine is refused as not local, before it dials.
 	logBefore := sshdConnections(t)
 	a := newAisb(t, base, "")
@@ -175,6 +223,31 @@ func TestRemoteSSHEngine(t *testing.T) {
 		t.Errorf("the refused doctor connected to the engine host's sshd (%d connections, %d before)", n, logBefore)
 	}
 	t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond))
+}
+
+// sshdSessions counts the engine host's sshd processes running as eu (a
+// login's own).
+func sshdSessions(t *testing.T, eu *user.User) int {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/status")
+	n := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		name, _, _ := strings.Cut(strings.TrimPrefix(st, "Name:\t"), "\n")
+		if !strings.HasPrefix(name, "sshd") {
+			continue
+		}
+		for _, l := range strings.Split(st, "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" && f[1] == eu.Uid {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // sshdConnections counts the connections the engine host's sshd logged.

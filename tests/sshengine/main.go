@@ -6,6 +6,7 @@
 //	-do probe   Connect, Info, run a --network=host container that lists
 //	            the network interfaces it sees, create and remove another;
 //	            prints a Probe as JSON. A failed Connect exits 3 with the error.
+//	-do hold    Connect, print "connected", and wait to be killed.
 //	-do pairs   Connect + one trivial container (create, start, wait,
 //	            remove) + Close, alternately on -local and -uri, -n times;
 //	            prints the durations as JSON (-connect-only: Connect and
@@ -77,6 +78,14 @@ func main() {
 			os.Exit(1)
 		}
 		out = p
+	case "hold":
+		if _, err := engine.Connect(ctx, where(*uri)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(3)
+		}
+		fmt.Println("connected")
+		<-ctx.Done()
+		os.Exit(1)
 	case "pairs":
 		var p Pairs
 		for i := 0; i < *n; i++ {
