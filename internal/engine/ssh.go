@@ -9,6 +9,9 @@ package engine
 // PATH on that host. The bindings then speak to a unix socket as for a local
 // engine; the locality decision (local.go) is still made from the ssh:// URI:
 // not local.
+//
+// Over 300 lines because it is one piece: the URI, the host key check, the
+// login, the tunnel and its sweep belong together and to nothing else.
 
 import (
 	"context"
