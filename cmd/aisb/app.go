@@ -48,7 +48,7 @@ func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 		e.stderrTTY = term.IsTerminal(int(f.Fd()))
 	}
 	e.paths, e.pathsErr = state.FromEnv(getenv)
-	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime}
+	e.where = engine.Where{URI: getenv("CONTAINER_HOST"), RuntimeDir: e.paths.Runtime, SSH: engine.SSHFromEnv(getenv)}
 	if e.trace {
 		e.where.Trace = func(s string) { e.logf("trace: %s", s) }
 	}

@@ -60,6 +60,7 @@ type Conn struct {
 	// Connect; uriFromEnv says URI is Where.URI (CONTAINER_HOST).
 	locality   Locality
 	uriFromEnv bool
+	tunnel     *sshTunnel // an ssh:// engine's connection (ssh.go)
 }
 
 // Where says how to reach Podman; the caller reads the environment once.
@@ -74,6 +75,8 @@ type Where struct {
 	// ErrNotLocal, before any API call; Trace, if set, is told the decision.
 	RequireLocal bool
 	Trace        func(string)
+	// SSH is how an ssh:// URI is reached (ssh.go): keys and known_hosts.
+	SSH SSHConfig
 }
 
 // Connect uses w.URI, else the user's rootless socket, else aisb's shared
@@ -117,7 +120,21 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 			return nil, err
 		}
 	}
-	bctx, err := bindings.NewConnection(ctx, c.URI)
+	dial := c.URI
+	if strings.HasPrefix(c.URI, "ssh://") {
+		start := time.Now()
+		dir := c.lockDir
+		tun, err := dialSSH(ctx, c.URI, w.SSH, dir)
+		if err != nil {
+			return nil, fmt.Errorf("connect to podman at %s: %w", c.URI, err)
+		}
+		c.tunnel = tun
+		dial = "unix://" + tun.sock
+		if w.Trace != nil {
+			w.Trace(fmt.Sprintf("engine at %s reached over ssh (host key checked against known_hosts) in %.1f ms", c.URI, float64(time.Since(start).Microseconds())/1000))
+		}
+	}
+	bctx, err := bindings.NewConnection(ctx, dial)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("connect to podman at %s: %w", c.URI, err)
@@ -261,6 +278,10 @@ func (c *Conn) Close() error {
 			<-c.exited
 		}
 		c.private = nil
+	}
+	if c.tunnel != nil {
+		c.tunnel.Close()
+		c.tunnel = nil
 	}
 	if c.sock != "" {
 		os.Remove(c.sock)

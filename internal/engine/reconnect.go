@@ -23,6 +23,9 @@ func (c *Conn) Reconnect(ctx context.Context, w Where, within time.Duration) err
 		nc, err := Connect(ctx, w)
 		if err == nil {
 			old := c.users
+			if c.tunnel != nil {
+				c.tunnel.Close() // nc has its own
+			}
 			*c = *nc
 			if old != nil {
 				old.Close() // nc holds the shared service's lock now

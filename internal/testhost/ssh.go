@@ -101,3 +101,36 @@ func editKeys(path string, edit func([]string) []string) error {
 	}
 	return nil
 }
+
+// The remote engine host (tests/host/engine-ssh.sh): sshd and the engine
+// user's Podman service in a namespace of their own.
+const (
+	EngineSSHAddr = "198.51.100.42"
+	EngineSSHDir  = "/run/aisb-eng/ssh"
+)
+
+// EngineHostKey is the engine host's public host key line.
+func EngineHostKey(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(EngineSSHDir, "host_ed25519.pub"))
+	if err != nil {
+		Skip(t, "the engine host's host key (tests/host/engine-ssh.sh up): %v", err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// AuthorizeEngineKey lets the public key line in at the engine host as
+// user until the test ends (as AuthorizeKey, for the engine host's sshd).
+func AuthorizeEngineKey(t testing.TB, user, pub string) {
+	t.Helper()
+	path := filepath.Join(EngineSSHDir, "authorized_keys", user)
+	line := strings.TrimSpace(pub)
+	if err := editKeys(path, func(lines []string) []string { return append(lines, line) }); err != nil {
+		Skip(t, "authorize a key at the engine host: %v", err)
+	}
+	t.Cleanup(func() {
+		editKeys(path, func(lines []string) []string {
+			return slices.DeleteFunc(lines, func(l string) bool { return l == line })
+		})
+	})
+}

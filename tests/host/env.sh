@@ -36,3 +36,8 @@ as_named() {
 		XDG_RUNTIME_DIR="/run/user/$uid" PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin \
 		PODMAN_IGNORE_CGROUPSV1_WARNING=1 "$@")
 }
+
+# The remote engine host (engine-ssh.sh): a namespace of its own with sshd and
+# the engine user's Podman service, reached as ssh://ENGINE_USER@AISB_ENG_ADDR/run/user/UID/podman/podman.sock.
+AISB_ENG_NS=${AISB_ENG_NS:-aisb-eng}
+AISB_ENG_ADDR=${AISB_ENG_ADDR:-198.51.100.42}

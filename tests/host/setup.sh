@@ -2,7 +2,9 @@
 # setup.sh prepares this machine, idempotently and from nothing, for aisb's
 # integration tests: rootless Podman 5 with pasta, the host fixes rootless
 # Podman needs here, an unprivileged test user, an offline Debian 13 base image
-# and the test upstream in its own network namespace.
+# and the test upstream in its own network namespace; then the remote engine
+# host for the ssh:// tests (engine-ssh.sh: a namespace of its own with sshd
+# and the engine user's Podman service).
 #
 # It is run by `make test` (as root). Every step checks before it acts, so a
 # second run on a prepared machine costs seconds. The measured recipe behind
@@ -158,6 +160,15 @@ git_user() {
 	usermod -p '*' "$AISB_GIT_USER"
 }
 
+# 3c. The remote engine host (issue #29, 4b): the engine user's Podman service
+#     and an sshd letting only that user in, in a namespace of their own
+#     (engine-ssh.sh; after upstream.sh, whose namespace it links to).
+#     AISB_ENGINE_USER names the user (a helper's own: AISB_ENGINE_USER=NAME
+#     tests/host/engine-ssh.sh up).
+engine_ssh() {
+	"$here/engine-ssh.sh" up
+}
+
 # 4. The offline base image: Debian 13 by debootstrap from the machine's own
 #    mirror, imported into the storage of the test user named $1. Cached by
 #    the hash of the package list, as a tarball and as the image.
@@ -222,4 +233,5 @@ git_user
 base_image "$AISB_TEST_USER"
 base_image "$AISB_TEST_USER2"
 "$here/upstream.sh" up
+engine_ssh
 log "ready: users $AISB_TEST_USER and $AISB_TEST_USER2, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
