@@ -92,6 +92,15 @@ func (b *Box) prepare(ctx context.Context, warnings []string) error {
 	if err := copyFiles(b.c, b.name, o.Files); err != nil {
 		return err
 	}
+	if o.Remote {
+		if err := copyPolicy(b.c, b.name, o.PolicyDir); err != nil {
+			return err
+		}
+		b.trace("session policy copied in")
+		if err := copyProject(b.c, b.name, o.ProjectDir, b.trace); err != nil {
+			return err
+		}
+	}
 	for _, w := range warnings {
 		// Podman creates the container and ignores the limits where it
 		// cannot enforce them (rootless cgroup v1), saying so only in a

@@ -207,6 +207,11 @@ func (r *run) openGate(ctx context.Context) (*sessionGate, error) {
 	gopts := gate.Options{Session: r.id, Dir: gateDir(r.dir), Image: r.imgs.gate, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts,
 		DNS: cfg.Network.Resolvers(), Owner: r.owner, HelperDir: r.st.helperDir, Credentials: r.creds, UpstreamCAs: cfg.Network.UpstreamCA,
 		Finisher: r.wd.Owner()}
+	if r.remote {
+		// The gate cannot reach this host's helper socket (remote.go).
+		gopts.HelperDir = ""
+		gopts.Remote = &gate.Remote{Probe: r.gateHelper}
+	}
 	g, err := gate.Create(r.c, gopts)
 	if err != nil {
 		return nil, err
@@ -252,6 +257,11 @@ func (sg *sessionGate) ready() error {
 		sg.r.trace("gate ready (both ports, TLS port checked)")
 	}
 	sg.watched = make(chan struct{})
+	if sg.g.Remote() {
+		// The engine host's addresses were read once, by the probe.
+		close(sg.watched)
+		return nil
+	}
 	go func() {
 		defer close(sg.watched)
 		gate.WatchHost(sg.watchCtx, sg.g, gate.WatchEvery, func() error { return gate.Reconfigure(sg.r.c, sg.g) }, sg.r.o.Logf)
@@ -284,7 +294,7 @@ func (sg *sessionGate) finish(trace func(string)) (handedOff bool, err error) {
 	// The sandbox is gone: nothing asks the live server any more, and
 	// what it records is in the audit before the watchdog goes on.
 	r.st.quiet()
-	if r.wd != nil {
+	if r.wd != nil && !r.remote {
 		handedOff, err = handOff(sg.ctx, r.c, r.o, r.id, sg.g, sg.follower, r.wd, trace)
 		// Not handed over: handOff finished and removed the gate itself.
 		sg.removed = true

@@ -33,11 +33,15 @@ import (
 
 // fakePodman is the fake service as a session's connection.
 type fakePodman struct {
+	remote bool // the fake plays an engine that is not local
 	*enginefake.Fake
 	closed bool
 }
 
-func (p *fakePodman) How() string     { return "the fake" }
+func (p *fakePodman) How() string { return "the fake" }
+func (p *fakePodman) Locality() engine.Locality {
+	return engine.Locality{Local: !p.remote, Why: "the fake"}
+}
 func (p *fakePodman) Address() string { return "fake://" }
 func (p *fakePodman) Close() error    { p.closed = true; return nil }
 func (p *fakePodman) Reconnect(context.Context, engine.Where, time.Duration) error {

@@ -42,18 +42,24 @@ type run struct {
 	creds   []squidconf.Credential
 
 	// The session's resources, in the order Run acquires them.
-	c      podman
-	podman *podmanPrep
-	id     string
-	owner  string
-	dir    string // the session's directory
-	wd     *reaper.Watchdog
-	st     *steer
-	helper string // the network helper (pasta or slirp4netns)
-	imgs   images
-	rv     *review.Session
-	net    *network
-	vols   []*specgen.NamedVolume
+	c podman
+	// remote says the engine is not local (Connect's decision): nothing
+	// of this host is mounted, the gate goes through the API (remote.go).
+	remote bool
+	// projectVol is the volume on the engine's host holding the project's
+	// copy, for a remote engine.
+	projectVol string
+	podman     *podmanPrep
+	id         string
+	owner      string
+	dir        string // the session's directory
+	wd         *reaper.Watchdog
+	st         *steer
+	helper     string // the network helper (pasta or slirp4netns)
+	imgs       images
+	rv         *review.Session
+	net        *network
+	vols       []*specgen.NamedVolume
 	// closeState records what the session changed in its state volume.
 	closeState func()
 	box        sandboxBox
@@ -142,6 +148,15 @@ func (r *run) connect(ctx context.Context) error {
 	}
 	r.c = c
 	r.trace("connected to podman (" + c.How() + ")")
+	if loc := c.Locality(); !loc.Local {
+		r.remote = true
+		if err := checkRemote(o, r); err != nil {
+			return err
+		}
+		r.trace("engine not local (" + loc.Why + "): the policy, the gate's files, the audit, the gate's ports and the project go through its API")
+	} else {
+		r.trace("engine local: the policy and the gate's directory are bind-mounted, the audit read from its file")
+	}
 	if !local {
 		if arch, err = c.Arch(ctx); err != nil {
 			return err
@@ -151,7 +166,13 @@ func (r *run) connect(ctx context.Context) error {
 		}
 		specs = hashImages(o, r.h, r.entrypoint)
 	}
-	r.podman = preparePodman(c, o, specs)
+	r.podman = preparePodman(c, o, specs, !r.remote)
+	if r.remote {
+		// The sweep judges containers by this host's processes: on an
+		// engine that is not local they may be another host's live
+		// sessions, so it does not run there (remote.go).
+		r.trace("no sweep of dead sessions on an engine that is not local")
+	}
 	if err := sockets(); err != nil {
 		return err
 	}
@@ -245,6 +266,7 @@ func (r *run) createSandbox() error {
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: r.limits.pids, Memory: r.limits.memory, CPUs: r.limits.cpus, Rlimits: r.limits.rlimits,
 		Volumes: r.vols, Owner: r.owner, Finisher: r.wd.Owner(), Overlay: r.overlay(), StatusReader: o.StatusReader,
+		Remote: r.remote, ProjectVolume: r.projectVol,
 		Logf: o.Logf, Trace: r.trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err != nil {
@@ -279,7 +301,11 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 		if err := r.st.publish(n.gatePort); err != nil {
 			return sandbox.Exit{}, err
 		}
-		if err := sandbox.TellGateReady(n.policyDir); err != nil {
+		tell := func() error { return sandbox.TellGateReady(n.policyDir) }
+		if r.remote {
+			tell = func() error { return sandbox.TellGateReadyIn(r.c, r.id) }
+		}
+		if err := tell(); err != nil {
 			return sandbox.Exit{}, err
 		}
 		r.trace("entrypoint told the gate is ready")
@@ -289,7 +315,9 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 	if err == nil {
 		// In review mode the overlay is scrubbed once the sandbox is gone
 		// (endReview): aisb removes it itself.
-		r.leave = r.wd != nil && r.rv == nil
+		// On a remote engine the project's volume goes once the sandbox
+		// is gone: aisb removes the sandbox itself.
+		r.leave = r.wd != nil && r.rv == nil && !r.remote
 	}
 	return exit, err
 }
@@ -319,6 +347,11 @@ func (r *run) teardown() {
 		r.step("state")
 		r.closeState()
 		r.trace("state recorded")
+	}
+	// 2b. The project's copy on a remote engine, once the sandbox is gone.
+	if r.projectVol != "" {
+		r.step("project")
+		r.removeProject()
 	}
 	// 3. The network: squid is quiesced and stopped and the gate's audit
 	//    completed, or the gate is handed to the watchdog, which does the

@@ -56,9 +56,9 @@ type Options struct {
 // adds to the run what it set up; the one teardown (run.teardown) undoes
 // it in a fixed order, whatever step failed.
 func Run(ctx context.Context, o Options) (int, error) {
-	// A session bind-mounts this host's files and reaps by this host's
-	// processes: a Podman elsewhere is refused before anything exists.
-	o.Where.RequireLocal = true
+	// Whether the engine is local is Connect's one decision (r.connect):
+	// a local one gets today's fast paths, any other everything through
+	// its API (remote.go).
 	r, err := plan(o)
 	if err != nil {
 		return 0, err
@@ -71,6 +71,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		func() error { return r.connect(ctx) },
 		r.openSession,
 		r.openImages,
+		r.openProject,
 		func() error { return r.openNetwork(ctx) },
 		r.openState,
 	}

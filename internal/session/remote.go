@@ -1,0 +1,80 @@
+package session
+
+// A session on an engine that is not local (engine.Locality: another
+// user's rootless Podman, another host's): nothing of this host is mounted
+// there, so the sandbox's policy and the gate's files are copied into the
+// created containers, the gate's ports and the engine host's addresses are
+// read there by a probe, the audit comes back through the API (gate's
+// remote.go), and the project is copied into a volume on the engine's host
+// (sandbox's remote.go), removed when the session ends. What needs this
+// host's files or sockets there is refused before anything is created
+// (checkRemote); the sweep of dead sessions does not run (it judges by this
+// host's processes), nor does the hand-over of the gate to the watchdog
+// (aisb finishes the audit itself; after a SIGKILL the watchdog removes
+// the containers and the volume by name, Abandoned).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containers/podman/v5/pkg/domain/entities/types"
+
+	"github.com/aisb-dev/aisb/internal/engine"
+)
+
+// ErrRemoteUnsupported wraps what a session cannot do on an engine that is
+// not local.
+var ErrRemoteUnsupported = errors.New("not possible on a podman that is not local")
+
+// checkRemote refuses what a session on an engine that is not local
+// cannot do: each needs this host's files or sockets seen from there.
+func checkRemote(o Options, r *run) error {
+	cfg := o.Config.Config
+	refuse := func(what, fix string) error {
+		return fmt.Errorf("%s: %w (the engine cannot see this host's files or sockets); %s", what, ErrRemoteUnsupported, fix)
+	}
+	switch {
+	case o.GateName != "":
+		return refuse("--gate "+o.GateName, "leave out --gate: the session starts its own gate on the engine's host")
+	case cfg.Network.Ask:
+		return refuse("ask mode (--ask, network.ask)", "list the hosts with --allow instead")
+	case r.ssh.agentSock != "":
+		return refuse("--ssh-agent", "leave out --ssh-agent")
+	case len(r.gitDirs) > 0:
+		return refuse("a project whose .git is a file (a worktree or a submodule)", "run from the main work tree")
+	case o.Review:
+		return refuse("--review", "leave out --review: on such an engine the agent works on a copy of the project anyway")
+	}
+	return nil
+}
+
+// ProjectVolume is the volume holding the project's copy of session id on
+// an engine that is not local.
+func ProjectVolume(id string) string { return "aisb-project-" + id }
+
+// openProject makes the project's volume on a remote engine (the sandbox
+// fills it as it is created) and says on stderr what that means.
+func (r *run) openProject() error {
+	if !r.remote {
+		return nil
+	}
+	name := ProjectVolume(r.id)
+	if _, err := r.c.VolumeCreate(context.TODO(), types.VolumeCreateOptions{Name: name,
+		Label: map[string]string{engine.LabelKind: "project", engine.LabelSession: r.id, engine.LabelOwner: r.owner}}); err != nil {
+		return fmt.Errorf("project volume: %w", err)
+	}
+	r.projectVol = name
+	r.o.Logf("podman is not local: the project is copied to volume %s on the engine's host (what git ignores is left out); the agent works on that copy, its changes do not come back to %s, and the volume is removed when the session ends",
+		name, r.o.ProjectDir)
+	r.trace("project volume created")
+	return nil
+}
+
+// removeProject removes the project's volume, once the sandbox is gone.
+func (r *run) removeProject() {
+	if err := r.c.VolumeRemove(context.TODO(), r.projectVol); err != nil && !engine.IsNotFound(err) {
+		r.o.Logf("remove the project's volume %s: %v", r.projectVol, err)
+	}
+	r.trace("project volume removed")
+}
