@@ -24,18 +24,14 @@ import (
 	"github.com/aisb-dev/aisb/internal/project"
 )
 
-// copyPolicy copies the session policy from o.PolicyDir into the created
-// sandbox.
-func copyPolicy(c engine.Engine, name, policyDir string) error {
+// policyFiles is the session policy in o.PolicyDir as the files copied
+// into the created sandbox: its directory and the policy, root's.
+func policyFiles(policyDir string) ([]File, error) {
 	b, err := os.ReadFile(filepath.Join(policyDir, contract.PolicyFile))
 	if err != nil {
-		return fmt.Errorf("session policy: %w", err)
+		return nil, fmt.Errorf("session policy: %w", err)
 	}
-	dir := strings.TrimPrefix(contract.PolicyDir, "/")
-	return copyIn(c, name, []*tar.Header{
-		{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir},
-		{Name: dir + "/" + contract.PolicyFile, Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(b))},
-	}, [][]byte{nil, b})
+	return []File{{Path: contract.PolicyDir, Mode: 0o755, Dir: true}, {Path: contract.PolicyPath, Mode: 0o644, Content: b}}, nil
 }
 
 // TellGateReadyIn is TellGateReady for a sandbox on an engine that is not
