@@ -395,3 +395,68 @@ func TestSessionStatusUnread(t *testing.T) {
 	}
 	wantOrder(t, r, oc.ev, endSteps, endEvents)
 }
+
+// TestSessionRemote: on an engine that is not local the session copies
+// the policy and the project in (no bind mount), tells the entrypoint by a
+// copy too, says on stderr that the project is a copy, and removes the
+// project's volume once the sandbox is gone, before the gate's audit ends;
+// the rest of the teardown keeps its order, and no sweep runs.
+func TestSessionRemote(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.p.remote = true
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	code, err, r := oc.run(t)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
+	}
+	steps := []string{"sandbox", "state", "project", "network", "steering", "secrets", "gate", "podman"}
+	wantOrder(t, r, oc.ev, steps, endEvents)
+	sandboxGone(t, oc.f, r.id)
+	if ok, _ := oc.f.VolumeExists(context.Background(), ProjectVolume(r.id)); ok {
+		t.Errorf("the project's volume %s is left", ProjectVolume(r.id))
+	}
+	if !strings.Contains(oc.stderr.String(), "podman is not local: the project is copied to volume "+ProjectVolume(r.id)) {
+		t.Errorf("stderr does not say the project is a copy:\n%s", oc.stderr)
+	}
+	var calls []string
+	for _, l := range oc.f.Log() {
+		if strings.Contains(l, " sandbox ") && !strings.HasPrefix(l, "ContainerInspect") {
+			calls = append(calls, strings.Join(strings.Fields(l)[:1], " ")+" "+strings.Join(strings.Fields(l)[3:], " "))
+		}
+		if strings.HasPrefix(l, "ContainerList") {
+			t.Errorf("a sweep ran on an engine that is not local: %s", l)
+		}
+	}
+	want := []string{"ContainerCreate ", "ContainerCopyIn /", "ContainerCopyIn /project", "ContainerAttach ", "ContainerStart ",
+		"ContainerCopyIn /", "ContainerWait ", "ContainerCopyOut " + contract.StatusPath, "ContainerRemove "}
+	if !slices.Equal(calls, want) {
+		t.Errorf("the sandbox's calls %q, want %q", calls, want)
+	}
+}
+
+// TestSessionRemoteRefusals: what needs this host's files or sockets seen
+// from the engine is refused on one that is not local, before anything is
+// created there.
+func TestSessionRemoteRefusals(t *testing.T) {
+	for name, set := range map[string]func(o *Options){
+		"gate":   func(o *Options) { o.GateName = "shared" },
+		"review": func(o *Options) { o.Review = true },
+		"ask":    func(o *Options) { o.Config.Config.Network.Ask = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			oc := newOrderCase(t, false)
+			oc.p.remote = true
+			set(&oc.o)
+			_, err := Run(context.Background(), oc.o)
+			if !errors.Is(err, ErrRemoteUnsupported) {
+				t.Fatalf("run: %v, want ErrRemoteUnsupported", err)
+			}
+			if names := oc.f.ContainerNames(); len(names) != 0 {
+				t.Errorf("created %q", names)
+			}
+			if vols, _ := oc.f.VolumeList(context.Background(), nil); len(vols) != 0 {
+				t.Errorf("created volumes %v", vols)
+			}
+		})
+	}
+}
