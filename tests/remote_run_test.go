@@ -23,7 +23,8 @@ import (
 // and a direct connection are refused, and both decisions are in the
 // caller's `aisb audit`; --net none reaches nothing, --net open reaches the
 // upstream directly. The agent sees a copy of the project, without what
-// git ignores, and its changes do not reach the caller's project. After
+// git ignores, and its changes reach the caller's project only through
+// aisb review --apply (a remote session is a review session). After
 // each run, and after a SIGKILL of aisb, nothing of the session is left on
 // the engine. Controls: the caller's files are not visible to the engine
 // user (its shell cannot list the project, its container cannot mount
@@ -81,7 +82,7 @@ func TestRemoteRun(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"trace: engine at " + a.host + " is not local", "engine not local", "gate ready", "project copied to the engine",
-			"the project is copied to volume aisb-project-"} {
+			"this is a review session; the project is copied to volume aisb-project-", "review: the copy's changes brought back (1 changed or new, 0 deleted)"} {
 			if !strings.Contains(r.Stderr, want) {
 				t.Errorf("run --allow remote.test: stderr lacks %q: %s", want, r.Stderr)
 			}
@@ -94,9 +95,22 @@ func TestRemoteRun(t *testing.T) {
 		if slices.Contains(testhost.DNSQueries(t, mark), "remoterefused.test") {
 			t.Errorf("the refused name remoterefused.test was resolved")
 		}
-		// The agent's file stays on the engine's copy, which is gone.
+		// A review session: the agent's file is not in the project until
+		// aisb review --apply brings it back from the copy.
 		if _, err := os.Stat(filepath.Join(a.project, "made.txt")); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the agent's change reached the caller's project: %v", err)
+			t.Errorf("the agent's change reached the caller's project before review: %v", err)
+		}
+		if rv := a.run(t, "review"); rv.Code != 0 || !strings.Contains(rv.Stdout, "A made.txt") || strings.Contains(rv.Stdout, "ignored.txt") {
+			t.Errorf("aisb review after the remote session: %s", rv)
+		}
+		if rv := a.run(t, "review", "--apply"); rv.Code != 0 {
+			t.Errorf("aisb review --apply: %s", rv)
+		}
+		if b, err := os.ReadFile(filepath.Join(a.project, "made.txt")); err != nil || string(b) != "agent\n" {
+			t.Errorf("after review --apply, made.txt is %q, %v", b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(a.project, "ignored.txt")); err != nil || string(b) != "ignored by git\n" {
+			t.Errorf("after review --apply, the ignored file is %q, %v", b, err)
 		}
 		// The audit, on the caller's side, complete at exit.
 		au := a.run(t, "audit")

@@ -22,6 +22,9 @@ type ArchiveStats struct {
 	Files, Dirs, Links int
 	Bytes              int64 // the files' contents
 	Ignored            bool  // git's ignore rules chose what went (a git work tree)
+	// Paths are the entries written, relative and slash-separated (what a
+	// review of the copy may find deleted).
+	Paths []string
 }
 
 // Archive writes the project dir as a tar stream to w, for a copy into a
@@ -157,6 +160,7 @@ func (a *archiver) add(rel string, fi fs.FileInfo) error {
 		a.seen[rel] = true
 		hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
 		a.st.Dirs++
+		a.st.Paths = append(a.st.Paths, rel)
 		return a.header(hdr)
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := os.Readlink(p)
@@ -165,6 +169,7 @@ func (a *archiver) add(rel string, fi fs.FileInfo) error {
 		}
 		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
 		a.st.Links++
+		a.st.Paths = append(a.st.Paths, rel)
 		return a.header(hdr)
 	case fi.Mode().IsRegular():
 		f, err := os.Open(p)
@@ -185,6 +190,7 @@ func (a *archiver) add(rel string, fi fs.FileInfo) error {
 			return fmt.Errorf("project archive: %w", err)
 		}
 		a.st.Files++
+		a.st.Paths = append(a.st.Paths, rel)
 		a.st.Bytes += n
 		return nil
 	}

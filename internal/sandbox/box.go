@@ -103,7 +103,7 @@ func (b *Box) prepare(ctx context.Context, warnings []string) error {
 	}
 	if o.Remote {
 		b.trace("session policy copied in")
-		if err := copyProject(b.c, b.name, o.ProjectDir, b.trace); err != nil {
+		if err := copyProject(b.c, b.name, o.ProjectDir, b.trace, o.ProjectCopied); err != nil {
 			return err
 		}
 	}

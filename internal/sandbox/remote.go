@@ -34,6 +34,12 @@ func policyFiles(policyDir string) ([]File, error) {
 	return []File{{Path: contract.PolicyDir, Mode: 0o755, Dir: true}, {Path: contract.PolicyPath, Mode: 0o644, Content: b}}, nil
 }
 
+// CopyOutProject writes the exited sandbox's project (its volume) to w as
+// a tar archive, its entries under "project/".
+func CopyOutProject(c engine.Engine, session string, w io.Writer) error {
+	return c.ContainerCopyOut(context.TODO(), ContainerName(session), project.ProjectInContainer, w)
+}
+
 // TellGateReadyIn is TellGateReady for a sandbox on an engine that is not
 // local: the word is copied into the running sandbox's policy directory.
 func TellGateReadyIn(c engine.Engine, session string) error {
@@ -67,7 +73,7 @@ func copyIn(c engine.Engine, name string, hdrs []*tar.Header, contents [][]byte)
 
 // copyProject fills the created sandbox's project volume with the project
 // (owned by the agent), streamed as it is read.
-func copyProject(c engine.Engine, name, dir string, trace func(string)) error {
+func copyProject(c engine.Engine, name, dir string, trace func(string), copied func([]string)) error {
 	start := time.Now()
 	pr, pw := io.Pipe()
 	stats := make(chan project.ArchiveStats, 1)
@@ -81,6 +87,9 @@ func copyProject(c engine.Engine, name, dir string, trace func(string)) error {
 	st := <-stats
 	if err != nil {
 		return fmt.Errorf("copy the project to the engine: %w", err)
+	}
+	if copied != nil {
+		copied(st.Paths)
 	}
 	how := "everything"
 	if st.Ignored {

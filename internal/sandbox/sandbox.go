@@ -92,6 +92,9 @@ type Options struct {
 	// GitDirs, AgentSock and Overlay must be empty.
 	Remote        bool
 	ProjectVolume string
+	// ProjectCopied is told what the project's copy holds (relative,
+	// slash-separated paths), once it is in ProjectVolume.
+	ProjectCopied func(paths []string)
 	Logf          func(format string, args ...any) // aisb's messages (stderr)
 	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its

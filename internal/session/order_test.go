@@ -398,9 +398,10 @@ func TestSessionStatusUnread(t *testing.T) {
 
 // TestSessionRemote: on an engine that is not local the session copies
 // the policy and the project in (no bind mount), tells the entrypoint by a
-// copy too, says on stderr that the project is a copy, and removes the
-// project's volume once the sandbox is gone, before the gate's audit ends;
-// the rest of the teardown keeps its order, and no sweep runs.
+// copy too, says on stderr that it is a review session of a copy, reads
+// the copy back for the review once the sandbox has exited, and removes
+// the project's volume once the sandbox is gone, before the gate's audit
+// ends; the rest of the teardown keeps its order, and no sweep runs.
 func TestSessionRemote(t *testing.T) {
 	oc := newOrderCase(t, false)
 	oc.p.remote = true
@@ -409,13 +410,13 @@ func TestSessionRemote(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
 	}
-	steps := []string{"sandbox", "state", "project", "network", "steering", "secrets", "gate", "podman"}
+	steps := []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}
 	wantOrder(t, r, oc.ev, steps, endEvents)
 	sandboxGone(t, oc.f, r.id)
 	if ok, _ := oc.f.VolumeExists(context.Background(), ProjectVolume(r.id)); ok {
 		t.Errorf("the project's volume %s is left", ProjectVolume(r.id))
 	}
-	if !strings.Contains(oc.stderr.String(), "podman is not local: the project is copied to volume "+ProjectVolume(r.id)) {
+	if !strings.Contains(oc.stderr.String(), "podman is not local: this is a review session; the project is copied to volume "+ProjectVolume(r.id)) {
 		t.Errorf("stderr does not say the project is a copy:\n%s", oc.stderr)
 	}
 	var calls []string
@@ -428,7 +429,7 @@ func TestSessionRemote(t *testing.T) {
 		}
 	}
 	want := []string{"ContainerCreate ", "ContainerCopyIn /", "ContainerCopyIn /project", "ContainerAttach ", "ContainerStart ",
-		"ContainerCopyIn /", "ContainerWait ", "ContainerCopyOut " + contract.StatusPath, "ContainerRemove "}
+		"ContainerCopyIn /", "ContainerWait ", "ContainerCopyOut " + contract.StatusPath, "ContainerCopyOut /project", "ContainerRemove "}
 	if !slices.Equal(calls, want) {
 		t.Errorf("the sandbox's calls %q, want %q", calls, want)
 	}
@@ -436,12 +437,11 @@ func TestSessionRemote(t *testing.T) {
 
 // TestSessionRemoteRefusals: what needs this host's files or sockets seen
 // from the engine is refused on one that is not local, before anything is
-// created there.
+// created there (--review is not: every session there is one).
 func TestSessionRemoteRefusals(t *testing.T) {
 	for name, set := range map[string]func(o *Options){
-		"gate":   func(o *Options) { o.GateName = "shared" },
-		"review": func(o *Options) { o.Review = true },
-		"ask":    func(o *Options) { o.Config.Config.Network.Ask = true },
+		"gate": func(o *Options) { o.GateName = "shared" },
+		"ask":  func(o *Options) { o.Config.Config.Network.Ask = true },
 	} {
 		t.Run(name, func(t *testing.T) {
 			oc := newOrderCase(t, false)

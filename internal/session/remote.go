@@ -17,10 +17,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/containers/podman/v5/pkg/domain/entities/types"
 
 	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/review"
+	"github.com/aisb-dev/aisb/internal/sandbox"
 )
 
 // ErrRemoteUnsupported wraps what a session cannot do on an engine that is
@@ -43,8 +46,6 @@ func checkRemote(o Options, r *run) error {
 		return refuse("--ssh-agent", "leave out --ssh-agent")
 	case len(r.gitDirs) > 0:
 		return refuse("a project whose .git is a file (a worktree or a submodule)", "run from the main work tree")
-	case o.Review:
-		return refuse("--review", "leave out --review: on such an engine the agent works on a copy of the project anyway")
 	}
 	return nil
 }
@@ -65,8 +66,8 @@ func (r *run) openProject() error {
 		return fmt.Errorf("project volume: %w", err)
 	}
 	r.projectVol = name
-	r.o.Logf("podman is not local: the project is copied to volume %s on the engine's host (what git ignores is left out); the agent works on that copy, its changes do not come back to %s, and the volume is removed when the session ends",
-		name, r.o.ProjectDir)
+	r.o.Logf("podman is not local: this is a review session; the project is copied to volume %s on the engine's host (what git ignores is left out), the agent works on that copy, and its changes come back to %s only through `aisb review %s` (then --apply); the volume is removed when the session ends",
+		name, r.o.ProjectDir, r.id)
 	r.trace("project volume created")
 	return nil
 }
@@ -77,4 +78,19 @@ func (r *run) removeProject() {
 		r.o.Logf("remove the project's volume %s: %v", r.projectVol, err)
 	}
 	r.trace("project volume removed")
+}
+
+// importChanges brings the agent's changes back from the exited sandbox's
+// copy of the project into the review's layer (review.Import), before the
+// sandbox and the volume go.
+func (r *run) importChanges() {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(sandbox.CopyOutProject(r.c, r.id, pw)) }()
+	st, err := review.Import(r.rv.Upper(), r.rv.Meta.Project, pr, r.sent)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		r.o.Logf("review: the agent's changes could not be brought back from the engine: %v", err)
+		return
+	}
+	r.trace(fmt.Sprintf("review: the copy's changes brought back (%d changed or new, %d deleted)", st.Changed, st.Deleted))
 }

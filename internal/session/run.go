@@ -49,6 +49,7 @@ type run struct {
 	// projectVol is the volume on the engine's host holding the project's
 	// copy, for a remote engine.
 	projectVol string
+	sent       []string // what the project's copy held at the start
 	podman     *podmanPrep
 	id         string
 	owner      string
@@ -221,7 +222,9 @@ func (r *run) openImages() error {
 		return err
 	}
 	r.trace("images ready, reaped")
-	if r.o.Review {
+	// On an engine that is not local every session is a review session:
+	// the agent works on a copy (remote.go).
+	if r.o.Review || r.remote {
 		rv, err := review.Begin(r.dir, review.Meta{Session: r.id, Project: r.o.ProjectDir, Owner: r.owner, Image: r.imgs.sandbox})
 		if err != nil {
 			return err
@@ -245,7 +248,7 @@ func (r *run) openState() error {
 
 // overlay is the review layer the sandbox mounts over the project, or nil.
 func (r *run) overlay() *sandbox.Overlay {
-	if r.rv == nil {
+	if r.rv == nil || r.remote {
 		return nil
 	}
 	return &sandbox.Overlay{Upper: r.rv.Upper(), Work: r.rv.Work()}
@@ -266,7 +269,7 @@ func (r *run) createSandbox() error {
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: r.limits.pids, Memory: r.limits.memory, CPUs: r.limits.cpus, Rlimits: r.limits.rlimits,
 		Volumes: r.vols, Owner: r.owner, Finisher: r.wd.Owner(), Overlay: r.overlay(), StatusReader: o.StatusReader,
-		Remote: r.remote, ProjectVolume: r.projectVol,
+		Remote: r.remote, ProjectVolume: r.projectVol, ProjectCopied: func(p []string) { r.sent = p },
 		Logf: o.Logf, Trace: r.trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err != nil {
@@ -312,6 +315,9 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 	}
 	r.trace("network ready")
 	exit, err := r.box.Wait()
+	if err == nil && r.remote && r.rv != nil {
+		r.importChanges()
+	}
 	if err == nil {
 		// In review mode the overlay is scrubbed once the sandbox is gone
 		// (endReview): aisb removes it itself.
@@ -373,7 +379,7 @@ func (r *run) teardown() {
 	//    is gone; the user hears how to see the agent's changes.
 	if r.rv != nil {
 		r.step("review")
-		endReview(r.c, r.rv, r.imgs.sandbox, r.owner, r.o.Logf)
+		endReview(r.c, r.rv, r.imgs.sandbox, r.owner, r.remote, r.o.Logf)
 	}
 	// 5. Steering: the session leaves `aisb ps`, its live server stops and
 	//    its audit file closes (the gate's follower stopped in step 3).

@@ -98,8 +98,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 // endReview empties the overlay's work directory once the sandbox is gone
 // and says how to see the agent's changes.
-func endReview(c engine.Engine, rv *review.Session, img, owner string, logf func(string, ...any)) {
-	if err := sandbox.Scrub(c, img, rv.Work(), rv.Meta.Session, owner); err != nil {
+func endReview(c engine.Engine, rv *review.Session, img, owner string, remote bool, logf func(string, ...any)) {
+	if remote {
+		// No overlay ran: its work directory is empty (remote.go).
+		if err := os.Remove(rv.Work()); err != nil {
+			logf("review: %v", err)
+		}
+	} else if err := sandbox.Scrub(c, img, rv.Work(), rv.Meta.Session, owner); err != nil {
 		logf("review: %v (aisb review --apply or --discard retries)", err)
 	} else if err := os.Remove(rv.Work()); err != nil {
 		logf("review: %v", err)
