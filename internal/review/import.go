@@ -185,46 +185,78 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 			defer f.Close()
 			r = f
 		}
+		// An unchanged file is read and compared, never written: only
+		// from its first difference on is it written into the layer.
+		var equal int64
+		var block []byte
+		if herr == nil && hfi.Mode().IsRegular() && hfi.Mode().Perm() == mode && (h.Typeflag == tar.TypeLink || hfi.Size() == h.Size) {
+			same, n, b, err := compareStream(host, r)
+			if err != nil {
+				return false, err
+			}
+			if same {
+				return false, nil
+			}
+			equal, block = n, b
+		}
 		f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
 			return false, fmt.Errorf("review: %w", err)
 		}
-		if _, err := io.Copy(f, r); err != nil {
-			f.Close()
-			return false, fmt.Errorf("review: %w", err)
+		if equal > 0 {
+			// The bytes equal to the project's, read again from it.
+			err = copyPrefix(f, host, equal)
 		}
-		if err := f.Close(); err != nil {
-			return false, fmt.Errorf("review: %w", err)
+		if err == nil {
+			_, err = f.Write(block)
 		}
-		if herr == nil && hfi.Mode().IsRegular() && hfi.Mode().Perm() == mode && sameContent(dst, host) {
-			return false, os.Remove(dst)
+		if err == nil {
+			_, err = io.Copy(f, r)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return false, fmt.Errorf("review: %w", err)
 		}
 		return true, os.Chmod(dst, mode)
 	}
 	return false, nil // a device or a pipe: not brought back
 }
 
-// sameContent compares two files, a block at a time.
-func sameContent(a, b string) bool {
-	fa, err := os.Open(a)
+// compareStream reads r against the file host, a block at a time, until
+// they differ or both end: same, or how many bytes were equal before the
+// block that differs and that block of r's, to write before the rest.
+func compareStream(host string, r io.Reader) (same bool, equal int64, block []byte, err error) {
+	f, err := os.Open(host)
 	if err != nil {
-		return false
+		return false, 0, nil, nil
 	}
-	defer fa.Close()
-	fb, err := os.Open(b)
-	if err != nil {
-		return false
-	}
-	defer fb.Close()
+	defer f.Close()
 	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
 	for {
-		na, ea := io.ReadFull(fa, ba)
-		nb, eb := io.ReadFull(fb, bb)
+		na, ea := io.ReadFull(r, ba)
+		if ea != nil && ea != io.EOF && ea != io.ErrUnexpectedEOF {
+			return false, 0, nil, fmt.Errorf("review: %w", ea)
+		}
+		nb, eb := io.ReadFull(f, bb)
 		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
-			return false
+			return false, equal, ba[:na], nil
 		}
 		if ea != nil || eb != nil {
-			return (ea == io.EOF || ea == io.ErrUnexpectedEOF) && (eb == io.EOF || eb == io.ErrUnexpectedEOF)
+			return ea != nil && eb != nil, equal, nil, nil
 		}
+		equal += int64(na)
 	}
+}
+
+// copyPrefix writes the first n bytes of the file host to w.
+func copyPrefix(w io.Writer, host string, n int64) error {
+	f, err := os.Open(host)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.CopyN(w, f, n)
+	return err
 }

@@ -50,7 +50,11 @@ func TestImport(t *testing.T) {
 	write("gone.txt", "gone\n")
 	write("olddir/x.txt", "x\n")
 	write("ignored.log", "never sent\n")
-	sent := []string{"same.txt", "changed.txt", "gone.txt", "olddir", "olddir/x.txt"}
+	// Of a size, differing only in its last block: written whole.
+	big := bytes.Repeat([]byte("a"), 200000)
+	write("big.bin", string(big))
+	big[len(big)-1] = 'b'
+	sent := []string{"same.txt", "changed.txt", "gone.txt", "olddir", "olddir/x.txt", "big.bin"}
 	archive := tarOf(t, []tarEntry{
 		{name: "project/", typ: tar.TypeDir, mode: 0o755},
 		{name: "project/same.txt", body: "same\n", typ: tar.TypeReg, mode: 0o644},
@@ -58,6 +62,7 @@ func TestImport(t *testing.T) {
 		{name: "project/made/", typ: tar.TypeDir, mode: 0o755},
 		{name: "project/made/n.txt", body: "n\n", typ: tar.TypeReg, mode: 0o600},
 		{name: "project/lnk", link: "same.txt", typ: tar.TypeSymlink, mode: 0o777},
+		{name: "project/big.bin", body: string(big), typ: tar.TypeReg, mode: 0o644},
 	})
 	st, err := Import(upper, project, archive, sent)
 	if err != nil {
@@ -74,7 +79,10 @@ func TestImport(t *testing.T) {
 	for _, c := range changes {
 		got[c.Path] = c.Kind
 	}
-	want := map[string]Kind{"changed.txt": Modified, "made": Added, "made/n.txt": Added, "lnk": Added, "gone.txt": Deleted, "olddir": Deleted, "olddir/x.txt": Deleted}
+	if b, err := os.ReadFile(filepath.Join(upper, "big.bin")); err != nil || !bytes.Equal(b, big) {
+		t.Errorf("big.bin in the layer: %d bytes, %v; want the copy's", len(b), err)
+	}
+	want := map[string]Kind{"big.bin": Modified, "changed.txt": Modified, "made": Added, "made/n.txt": Added, "lnk": Added, "gone.txt": Deleted, "olddir": Deleted, "olddir/x.txt": Deleted}
 	for p, k := range want {
 		if got[p] != k {
 			t.Errorf("%s: %q, want %q (all: %v)", p, got[p], k, got)
