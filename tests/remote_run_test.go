@@ -32,6 +32,7 @@ import (
 // sandbox.
 func TestRemoteRun(t *testing.T) {
 	parallel(t)
+	lockEngine(t)
 	began := time.Now()
 	eu, err := user.Lookup(engineUser)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/user"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ var engineSockets = cmp.Or(os.Getenv("AISB_ENGINE_SOCKETS"), "/run/aisb-engine")
 // also spelled unix://…, works, so the refusal is not about the spelling.
 func TestRemoteEngineRefused(t *testing.T) {
 	parallel(t)
+	lockEngine(t)
 	base := testBaseImage(t)
 	began := time.Now()
 	defer func() {
@@ -139,6 +141,15 @@ func TestRemoteEngineRefused(t *testing.T) {
 			t.Logf("control: %s", l)
 		}
 	}
+}
+
+// engineMu keeps the tests of the engine user's Podman one at a time: one
+// counts what is on it, the other makes and removes sessions there.
+var engineMu sync.Mutex
+
+func lockEngine(t *testing.T) {
+	engineMu.Lock()
+	t.Cleanup(engineMu.Unlock)
 }
 
 // startEngineService starts the engine user's rootless Podman service on a
