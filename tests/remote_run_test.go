@@ -22,7 +22,8 @@ import (
 // allowed name through the gate, while the refused name (never resolved)
 // and a direct connection are refused, and both decisions are in the
 // caller's `aisb audit`; --net none reaches nothing, --net open reaches the
-// upstream directly. The agent sees a copy of the project, without what
+// upstream directly; a credential's key reaches the upstream, never the
+// sandbox. The agent sees a copy of the project, without what
 // git ignores, and its changes reach the caller's project only through
 // aisb review --apply (a remote session is a review session). After
 // each run, and after a SIGKILL of aisb, nothing of the session is left on
@@ -137,6 +138,35 @@ func TestRemoteRun(t *testing.T) {
 			"curl -sSk --noproxy '*' --max-time 10 -o /dev/null -w 'direct=%{http_code}\\n' https://"+up+"/")
 		if r.Code != 0 || !strings.Contains(r.Stdout, "direct=200") {
 			t.Errorf("run --net open on %s's engine: %s", engineUser, r)
+		}
+		noneLeft(t, ctx, eu)
+	})
+
+	t.Run("credential", func(t *testing.T) {
+		// The key stays on the caller's side of the gate: the sandbox holds
+		// a placeholder, the upstream gets the key.
+		ac := newAisb(t, base, dnsConfig()+`upstream_ca = ["`+filepath.Join(testhost.StateDir, "ca.pem")+`"]
+
+[[credentials]]
+host = "remote.test"
+header = "x-api-key"
+env = "TEST_API_KEY"
+`)
+		ac.host = a.host
+		secret := fmt.Sprintf("remote-key-%d", time.Now().UnixNano())
+		headers := filepath.Join(testhost.StateDir, "headers.log")
+		fi, err := os.Stat(headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := ac.runEnv(t, []string{"TEST_API_KEY=" + secret}, "run", "--harness", "shell", "--", "sh", "-c",
+			`echo "key=$TEST_API_KEY"; curl -sS --max-time 10 -o /dev/null -w 'code=%{http_code}\n' https://remote.test/remote-credential`)
+		if r.Code != 0 || !strings.Contains(r.Stdout, "code=200") || strings.Contains(r.Stdout, secret) || !strings.Contains(r.Stdout, "key=aisb-placeholder") {
+			t.Errorf("run --credential on %s's engine: %s", engineUser, r)
+		}
+		b, err := os.ReadFile(headers)
+		if err != nil || int64(len(b)) < fi.Size() || !strings.Contains(string(b[fi.Size():]), secret) {
+			t.Errorf("the upstream did not get the key the gate sets (%v)", err)
 		}
 		noneLeft(t, ctx, eu)
 	})
