@@ -171,6 +171,48 @@ env = "TEST_API_KEY"
 		noneLeft(t, ctx, eu)
 	})
 
+	t.Run("gate killed", func(t *testing.T) {
+		// Fail closed: a remote gate that dies stops its sandbox (aisb
+		// cannot hold the gate's port on the engine's host).
+		gctx, gcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer gcancel()
+		cmd := testhost.UserCommand(gctx, a.command(t, gctx, "run", "--allow", "remote.test", "--harness", "shell", "--", "sleep", "600")...)
+		cmd.Dir = a.project
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var gateName string
+		err := testhost.WaitFor(time.Minute, func() error {
+			for _, n := range engineSession(t, ctx, eu) {
+				if strings.HasPrefix(n, "aisb-gate-") {
+					gateName = n
+				}
+			}
+			if gateName == "" || len(engineSession(t, ctx, eu)) != 3 {
+				return errors.New("the session does not run yet")
+			}
+			return nil
+		})
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the session never ran on the engine: %v", err)
+		}
+		time.Sleep(time.Second) // the sandbox's command runs, the watch began
+		start := time.Now()
+		if r := testhost.Run(t, asEngine(ctx, eu, "podman", "kill", gateName)); r.Code != 0 {
+			t.Fatalf("kill the gate as %s: %s", engineUser, r)
+		}
+		werr := cmd.Wait()
+		t.Logf("aisb ended %v after its remote gate was killed: %v", time.Since(start).Round(time.Millisecond), werr)
+		if werr == nil || !strings.Contains(out.String(), "so it stops the sandbox") || time.Since(start) > time.Minute {
+			t.Errorf("aisb after its remote gate was killed: %v\n%s", werr, out.String())
+		}
+		noneLeft(t, ctx, eu)
+	})
+
 	t.Run("sigkill", func(t *testing.T) {
 		marker := fmt.Sprintf("remote-kill-%d", time.Now().UnixNano())
 		kctx, kcancel := context.WithCancel(ctx)

@@ -30,6 +30,9 @@ type network struct {
 
 	gate  gater // nil outside allow mode
 	logf  func(string, ...any)
+	// onLost, when set, is what the session does when its gate dies
+	// instead of only saying so (a remote gate's, remote.go).
+	onLost func(error)
 	alive struct {
 		ctx     context.Context
 		stop    context.CancelFunc
@@ -48,6 +51,9 @@ func (r *run) openNetwork(ctx context.Context) error {
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(r.helper))
 	n := &network{logf: o.Logf}
+	if r.remote {
+		n.onLost = r.gateLost
+	}
 	p := contract.Policy{Version: contract.PolicyVersion, Mode: mode}
 	switch mode {
 	case contract.ModeAllow:
@@ -130,6 +136,10 @@ func (n *network) ready() error {
 			n.alive.mu.Lock()
 			n.alive.lostErr = err
 			n.alive.mu.Unlock()
+			if n.onLost != nil {
+				n.onLost(err)
+				return
+			}
 			n.logf("WARNING: %v: the sandbox can no longer reach the network (its requests fail, nothing gets out); this session will end in error", err)
 		})
 	}()

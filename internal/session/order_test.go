@@ -460,3 +460,23 @@ func TestSessionRemoteRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionRemoteGateLost: a remote gate that dies under the running
+// agent stops the sandbox (aisb cannot hold its port on that host), and
+// the session ends in the lost gate's error, its teardown in order.
+func TestSessionRemoteGateLost(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.p.remote = true
+	oc.g.lose, oc.g.lost = gate.ErrLost, make(chan struct{})
+	_, err, r := oc.run(t)
+	if !errors.Is(err, gate.ErrLost) {
+		t.Fatalf("run: %v; want the lost gate's error", err)
+	}
+	if !strings.Contains(oc.stderr.String(), "so it stops the sandbox") {
+		t.Errorf("the user was not told:\n%s", oc.stderr)
+	}
+	if !slices.ContainsFunc(oc.f.Log(), func(s string) bool { return strings.HasPrefix(s, "ContainerKill sandbox") }) {
+		t.Errorf("the sandbox was not killed: %q", oc.f.Log())
+	}
+	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}, endEvents)
+}

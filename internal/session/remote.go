@@ -94,3 +94,14 @@ func (r *run) importChanges() {
 	}
 	r.trace(fmt.Sprintf("review: the copy's changes brought back (%d changed or new, %d deleted)", st.Changed, st.Deleted))
 }
+
+// gateLost ends the sandbox when its gate on a remote engine dies: aisb
+// cannot take the gate's port on that host's loopback as it does on its
+// own (gate.WatchAlive), so another process there could listen where the
+// sandbox's table sends it. Fail closed: the sandbox is killed.
+func (r *run) gateLost(err error) {
+	r.o.Logf("WARNING: %v: aisb cannot hold its port on the engine's host, so it stops the sandbox; this session will end in error", err)
+	if kerr := r.c.ContainerKill(context.TODO(), sandbox.ContainerName(r.id), "KILL"); kerr != nil && !engine.IsNotFound(kerr) {
+		r.o.Logf("stop the sandbox: %v", kerr)
+	}
+}
