@@ -28,12 +28,12 @@ type network struct {
 	// the gate: it removes the gate's secrets, not aisb.
 	handedOff bool
 
-	gate  gater // nil outside allow mode
-	logf  func(string, ...any)
+	gate gater // nil outside allow mode
+	logf func(string, ...any)
 	// onLost, when set, is what the session does when its gate dies
 	// instead of only saying so (a remote gate's, remote.go).
 	onLost func(error)
-	alive struct {
+	alive  struct {
 		ctx     context.Context
 		stop    context.CancelFunc
 		done    chan struct{} // closed when the watch has ended; nil before ready
