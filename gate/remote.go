@@ -1,5 +1,8 @@
 package gate
 
+// (One file of about 360 lines: the probe, the copy of the gate's files,
+// its logs and its life are one path, each step what the next relies on.)
+//
 // A gate on an engine that is not local (engine.Locality: another user's
 // Podman, another host's): aisb cannot bind-mount its directory there,
 // read that host's socket table, hold or watch ports on its loopback, or

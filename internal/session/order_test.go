@@ -1,3 +1,7 @@
+// The session's order against the fakes, in one file of about 480 lines:
+// every case shares the fake engine, the fake gate and the order they
+// record, local and remote alike.
+
 package session
 
 import (

@@ -1,3 +1,7 @@
+// One session's steps and its one teardown, in one file of about 440
+// lines: the teardown's order is the session's guarantee, and it reads
+// against the steps that set up what it undoes.
+
 package session
 
 import (
