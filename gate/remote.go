@@ -8,13 +8,16 @@ package gate
 // read that host's socket table, hold or watch ports on its loopback, or
 // signal squid's process. So everything goes through the API:
 //
-//   - a probe runs first, in a container of the gate image on the engine
-//     host's network: aisb-gatehelper --probe picks the two ports on that
-//     host's loopback and lists that host's addresses (the deny list's),
-//     printed as one JSON line aisb reads from the container's logs;
+//   - the gate container's first step is a probe on the engine host's
+//     network: aisb-gatehelper --probe (copied in, built for that machine)
+//     picks the two ports on that host's loopback and lists that host's
+//     addresses (the deny list's), printed as one JSON line on its stderr,
+//     which aisb reads from the container's logs; then it waits for the
+//     gate's files and execs squid in its place;
 //   - squid.conf and the TLS files are written on aisb's side as for a
-//     local gate, then copied into the created gate container by archive
-//     (owned by squid's proxy user), before it starts; no bind mount;
+//     local gate, for the probe's ports and addresses, then copied into the
+//     running gate container by archive (owned by squid's proxy user, the
+//     word that they are there last); no bind mount;
 //   - squid writes its access log to its stdout and its cache log to its
 //     stderr (squidconf.Config.Stream); aisb follows the container's logs
 //     through the API into the same access.log and cache.log in the gate's
@@ -44,8 +47,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/specgen"
-
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/netaddr"
 )
@@ -68,67 +69,58 @@ type ProbeResult struct {
 // ErrProbe wraps a probe that said nothing usable.
 var ErrProbe = errors.New("the gate's probe on the engine's host failed")
 
-// ProbeName is the probe's container for session.
-func ProbeName(session string) string { return "aisb-gateprobe-" + session }
+// probeProgram is where the probe's program is copied in the gate.
+const probeProgram = "/aisb-gatehelper"
 
-// probeProgram is where the probe's program is copied in the probe.
-const probeProgram = "/aisb-gateprobe"
+// filesReady is the helper's word file (cmd/aisb-gatehelper's ReadyFile).
+const filesReady = ".aisb-files"
 
-// Probe runs the probe on the engine's host and returns its ports and
-// that host's addresses. The probe's container is removed before it
-// returns.
-func Probe(c engine.Engine, o Options) (ProbeResult, error) {
-	bin, err := os.ReadFile(o.Remote.Probe)
+// probeWait bounds how long aisb waits for the probe's line.
+const probeWait = 20 * time.Second
+
+// remoteCommand is the remote gate's command: the probe, then squid.
+func remoteCommand() (entrypoint, command []string) {
+	return []string{probeProgram, "--probe", dirInContainer, "--"}, []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
+}
+
+// copyProbe copies the probe's program into the created gate, root's.
+func copyProbe(c engine.Engine, name, program string) error {
+	bin, err := os.ReadFile(program)
 	if err != nil {
-		return ProbeResult{}, fmt.Errorf("%w: %v", ErrProbe, err)
+		return fmt.Errorf("%w: %v", ErrProbe, err)
 	}
-	s := specgen.NewSpecGenerator(o.Image, false)
-	s.Name = ProbeName(o.Session)
-	s.Entrypoint, s.Command = []string{probeProgram, "--probe"}, nil
-	s.NetNS = specgen.Namespace{NSMode: specgen.Host}
-	userns, err := specgen.ParseUserNamespace(userNS)
-	if err != nil {
-		return ProbeResult{}, err
-	}
-	s.UserNS = userns
-	s.User = "proxy"
-	s.CapDrop = []string{"ALL"}
-	s.NoNewPrivileges = ptr(true)
-	s.ReadOnlyFilesystem = ptr(true)
-	s.Labels = map[string]string{engine.LabelKind: "gate", engine.LabelSession: o.Session}
-	if o.Owner != "" {
-		s.Labels[engine.LabelOwner] = o.Owner
-	}
-	ctx := context.TODO()
-	if _, err := c.ContainerCreate(ctx, s); err != nil {
-		return ProbeResult{}, fmt.Errorf("%w: create %s: %v", ErrProbe, s.Name, err)
-	}
-	defer engine.Remove(ctx, c, s.Name)
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
 	tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(probeProgram, "/"), Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, ModTime: time.Now()})
 	tw.Write(bin)
 	if err := tw.Close(); err != nil {
-		return ProbeResult{}, err
+		return err
 	}
-	if err := c.ContainerCopyIn(ctx, s.Name, "/", &tb, engine.CopyOptions{Chown: true}); err != nil {
-		return ProbeResult{}, fmt.Errorf("%w: copy its program in: %v", ErrProbe, err)
+	if err := c.ContainerCopyIn(context.TODO(), name, "/", &tb, engine.CopyOptions{KeepOwners: true}); err != nil {
+		return fmt.Errorf("%w: copy its program in: %v", ErrProbe, err)
 	}
-	if err := c.ContainerStart(ctx, s.Name); err != nil {
-		return ProbeResult{}, fmt.Errorf("%w: start: %v", ErrProbe, err)
+	return nil
+}
+
+// probeLine waits for the probe's line in the copy of the gate's stderr
+// (cache.log) while the gate runs.
+func (g *Gate) probeLine(c engine.Engine) (ProbeResult, error) {
+	deadline := time.Now().Add(probeWait)
+	for i := 0; ; i++ {
+		if b, err := os.ReadFile(filepath.Join(g.Dir, "cache.log")); err == nil {
+			if line, _, ok := bytes.Cut(b, []byte("\n")); ok {
+				return parseProbe(line)
+			}
+		}
+		if time.Now().After(deadline) {
+			return ProbeResult{}, fmt.Errorf("%w: no word within %s", ErrProbe, probeWait)
+		}
+		if i%25 == 24 && !g.running(c) {
+			g.logsEnded(time.Second)
+			return ProbeResult{}, fmt.Errorf("%w: the gate exited: %s", ErrProbe, g.squidError())
+		}
+		time.Sleep(4 * time.Millisecond)
 	}
-	code, err := c.ContainerWait(ctx, s.Name)
-	if err != nil {
-		return ProbeResult{}, fmt.Errorf("%w: wait: %v", ErrProbe, err)
-	}
-	var out, errOut bytes.Buffer
-	if err := c.ContainerLogs(ctx, s.Name, &out, &errOut); err != nil {
-		return ProbeResult{}, fmt.Errorf("%w: its output: %v", ErrProbe, err)
-	}
-	if code != 0 {
-		return ProbeResult{}, fmt.Errorf("%w: exit %d: %q", ErrProbe, code, strings.TrimSpace(errOut.String()))
-	}
-	return parseProbe(out.Bytes())
 }
 
 // parseProbe reads the probe's line; ports must be two distinct ones.
@@ -155,21 +147,15 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
-// createRemote is Create for an engine that is not local: the probe, the
-// files written here and copied into the created container.
+// createRemote is Create for an engine that is not local: the gate is
+// created and started, its probe read, and its files, written here for
+// the probe's ports and addresses, copied in; squid starts once they are
+// there. On failure the gate is removed.
 func createRemote(c engine.Engine, o Options) (*Gate, error) {
 	if o.HelperDir != "" {
 		return nil, errors.New("start gate: a gate on an engine that is not local cannot ask this host's aisb (no live allow or ask mode there)")
 	}
-	p, err := Probe(c, o)
-	if err != nil {
-		return nil, fmt.Errorf("start gate: %w", err)
-	}
 	tokens, err := newTokens()
-	if err != nil {
-		return nil, fmt.Errorf("start gate: %w", err)
-	}
-	caCert, err := writeFilesFor(o, netaddr.HostFrom(p.Addrs), p.Port, p.TLSPort, tokens)
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
@@ -177,15 +163,40 @@ func createRemote(c engine.Engine, o Options) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
-	g := &Gate{Name: s.Name, Session: o.Session, Port: p.Port, TLSPort: p.TLSPort, Dir: o.Dir, token: tokens.Sandbox, remote: c}
-	if len(o.Credentials) > 0 {
-		g.caCert = caCert
-	}
+	g := &Gate{Name: s.Name, Session: o.Session, Dir: o.Dir, token: tokens.Sandbox, remote: c}
 	if _, err := c.ContainerCreate(context.TODO(), s); err != nil {
 		return nil, fmt.Errorf("start gate: create %s: %w", g.Name, err)
 	}
+	fail := func(err error) (*Gate, error) {
+		return nil, errors.Join(fmt.Errorf("start gate: %w", err), g.Kill(c))
+	}
+	if err := copyProbe(c, g.Name, o.Remote.Probe); err != nil {
+		return fail(err)
+	}
+	// A stale copy of the logs (a gate killed before) is not this one's.
+	for _, f := range []string{"access.log", "cache.log"} {
+		os.Remove(filepath.Join(o.Dir, f))
+	}
+	if err := c.ContainerStart(context.TODO(), g.Name); err != nil {
+		return fail(err)
+	}
+	if err := g.followLogs(); err != nil {
+		return fail(fmt.Errorf("follow its logs: %w", err))
+	}
+	p, err := g.probeLine(c)
+	if err != nil {
+		return fail(err)
+	}
+	g.Port, g.TLSPort = p.Port, p.TLSPort
+	caCert, err := writeFilesFor(o, netaddr.HostFrom(p.Addrs), p.Port, p.TLSPort, tokens)
+	if err != nil {
+		return fail(err)
+	}
+	if len(o.Credentials) > 0 {
+		g.caCert = caCert
+	}
 	if err := copyGateDir(c, g.Name, o.Dir); err != nil {
-		return nil, errors.Join(fmt.Errorf("start gate: %w", err), engine.Remove(context.TODO(), c, g.Name))
+		return fail(err)
 	}
 	return g, nil
 }
@@ -235,6 +246,10 @@ func copyGateDir(c engine.Engine, name, dir string) error {
 		}
 		return fmt.Errorf("the gate's directory holds %s, neither a file nor a directory", p)
 	})
+	if err == nil {
+		// The helper's word that the files are there: last.
+		err = tw.WriteHeader(&tar.Header{Name: base + "/" + filesReady, Mode: 0o600, Typeflag: tar.TypeReg, Uid: proxyUID, Gid: proxyUID, ModTime: time.Now()})
+	}
 	if err == nil {
 		err = tw.Close()
 	}
@@ -297,15 +312,9 @@ func (g *Gate) logsEnded(within time.Duration) error {
 	}
 }
 
-// openRemote is Open for a remote gate: start it, follow its logs, and
-// wait until squid has checked its TLS port (seen in the copied log).
+// openRemote is Open for a remote gate, started by createRemote: wait
+// until squid has checked its TLS port (seen in the copied log).
 func (g *Gate) openRemote(c engine.Engine, timeout time.Duration) error {
-	if err := c.ContainerStart(context.TODO(), g.Name); err != nil {
-		return errors.Join(fmt.Errorf("start gate: %w", err), g.Kill(c))
-	}
-	if err := g.followLogs(); err != nil {
-		return errors.Join(fmt.Errorf("start gate: follow its logs: %w", err), g.Kill(c))
-	}
 	deadline := time.Now().Add(timeout)
 	for i := 0; ; i++ {
 		if g.tlsPortChecked() {

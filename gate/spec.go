@@ -58,6 +58,8 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 		// writable (by the proxy user only where it owns a directory:
 		// /gate). Nothing is mounted.
 		s.ReadOnlyFilesystem = ptr(false)
+		// Its first step is the probe, which then execs squid (remote.go).
+		s.Entrypoint, s.Command = remoteCommand()
 	default:
 		s.Mounts = []spec.Mount{{Type: "bind", Source: o.Dir, Destination: dirInContainer, Options: []string{"rw"}}}
 		if o.HelperDir != "" {

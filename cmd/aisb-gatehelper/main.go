@@ -17,8 +17,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +30,9 @@ const maxWait = 30 * time.Minute
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == probeFlag {
 		os.Exit(probe(os.Stdout))
+	}
+	if len(os.Args) > 4 && os.Args[1] == probeFlag && os.Args[3] == "--" {
+		os.Exit(probeThenExec(os.Args[2], os.Args[4:]))
 	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: aisb-gatehelper SOCKET")
@@ -131,4 +136,37 @@ func probe(w io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// ReadyFile, in the directory probeThenExec waits on, is aisb's word that
+// the gate's files are there (the last entry of their copy).
+const ReadyFile = ".aisb-files"
+
+// filesWait bounds how long probeThenExec waits for the gate's files.
+const filesWait = 60 * time.Second
+
+// probeThenExec is a remote gate's command (--probe DIR -- ARGV): the
+// probe, printed on stderr (aisb reads it from the container's logs),
+// then, once aisb has copied the gate's files into DIR (ReadyFile last),
+// squid in its place (ARGV). No word within filesWait: exit 1, and squid
+// never runs.
+func probeThenExec(dir string, argv []string) int {
+	if code := probe(os.Stderr); code != 0 {
+		return code
+	}
+	for deadline := time.Now().Add(filesWait); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Lstat(dir + "/" + ReadyFile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "aisb-gatehelper: the gate's files did not arrive in %s within %s\n", dir, filesWait)
+			return 1
+		}
+	}
+	bin, err := exec.LookPath(argv[0])
+	if err == nil {
+		err = syscall.Exec(bin, argv, os.Environ())
+	}
+	fmt.Fprintf(os.Stderr, "aisb-gatehelper: exec %s: %v\n", argv[0], err)
+	return 1
 }
