@@ -311,7 +311,13 @@ func (sg *sessionGate) finish(trace func(string)) (handedOff bool, err error) {
 		return handedOff, err
 	}
 	sg.g.Quiesce(time.Second)
-	sg.g.KillSquid(time.Second)
+	trace("gate quiet")
+	if !sg.g.KillSquid(time.Second) && sg.g.Remote() {
+		// Its log stream did not end in time: what it still held is
+		// missing from the audit, which the follower cannot know.
+		r.o.Logf("the gate's access log through the API did not end within 1s of its kill: the audit of session %s may miss its last lines", r.id)
+	}
+	trace("squid stopped")
 	if ferr := sg.follower.Stop(); ferr != nil {
 		return false, fmt.Errorf("the audit of session %s is incomplete: %w", r.id, ferr)
 	}
