@@ -253,5 +253,6 @@ func (g *Gate) Kill(c engine.Engine) error {
 	err := engine.Remove(context.TODO(), c, g.Name)
 	// A remote gate's log stream ends with its container.
 	g.logsEnded(5 * time.Second)
+	g.closeLogs()
 	return err
 }

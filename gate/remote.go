@@ -39,13 +39,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/containers/podman/v5/libpod/define"
 
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/netaddr"
@@ -266,9 +268,26 @@ func copyGateDir(c engine.Engine, name, dir string) error {
 // and cache.log from its start; done is closed when the stream has ended
 // (the container stopped), err then says why it ended early.
 type remoteLogs struct {
-	done chan struct{}
-	once sync.Once
-	err  error
+	done   chan struct{}
+	cancel context.CancelFunc
+	err    error
+	// out and errs count what the stream wrote of the container's stdout
+	// and stderr (killRemote completes the copy from there).
+	out, errs counter
+	acc       *os.File
+	cache     *os.File
+}
+
+// counter counts what goes through it to w.
+type counter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // followLogs starts following the remote gate's logs.
@@ -285,14 +304,28 @@ func (g *Gate) followLogs() error {
 		acc.Close()
 		return err
 	}
-	g.logs = &remoteLogs{done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &remoteLogs{done: make(chan struct{}), cancel: cancel, acc: acc, cache: cache}
+	l.out.w, l.errs.w = acc, cache
+	g.logs = l
 	go func() {
-		defer close(g.logs.done)
-		defer acc.Close()
-		defer cache.Close()
-		g.logs.err = g.remote.ContainerLogs(context.Background(), g.Name, acc, cache)
+		defer close(l.done)
+		l.err = g.remote.ContainerLogs(ctx, g.Name, true, &l.out, &l.errs)
 	}()
 	return nil
+}
+
+// closeLogs closes the copies of the logs once their stream has ended.
+func (g *Gate) closeLogs() {
+	if g.logs == nil {
+		return
+	}
+	select {
+	case <-g.logs.done:
+		g.logs.acc.Close()
+		g.logs.cache.Close()
+	default:
+	}
 }
 
 // logsEnded waits, at most within, for the stream to end: every line squid
@@ -337,9 +370,41 @@ func (g *Gate) openRemote(c engine.Engine, timeout time.Duration) error {
 // killRemote kills the remote gate's squid through the API and waits for
 // its logs' stream to end (at most within): its access log's copy is then
 // complete.
+//
+// The stream itself ends some 300 ms after the container (the service
+// notices the exit late): so once the container has exited, the stream is
+// stopped and the logs are asked once more, to their end, and what the
+// stream had not yet written is added.
 func (g *Gate) killRemote(within time.Duration) bool {
 	_ = g.remote.ContainerKill(context.TODO(), g.Name, "KILL")
-	return g.logsEnded(within) == nil
+	if g.logs == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if _, err := g.remote.ContainerWait(ctx, g.Name, define.ContainerStateExited, define.ContainerStateStopped); err != nil {
+		return g.logsEnded(within) == nil
+	}
+	l := g.logs
+	l.cancel()
+	<-l.done
+	var out, errs bytes.Buffer
+	if err := g.remote.ContainerLogs(ctx, g.Name, false, &out, &errs); err != nil {
+		return false
+	}
+	for _, part := range []struct {
+		f    *os.File
+		have int64
+		all  []byte
+	}{{l.acc, l.out.n, out.Bytes()}, {l.cache, l.errs.n, errs.Bytes()}} {
+		if int64(len(part.all)) > part.have {
+			if _, err := part.f.Write(part.all[part.have:]); err != nil {
+				return false
+			}
+		}
+	}
+	l.err = nil
+	return true
 }
 
 // watchAliveRemote is WatchAlive for a remote gate: the container must run

@@ -44,10 +44,10 @@ type Engine interface {
 	// (the bindings' CopyToArchive).
 	ContainerCopyOut(ctx context.Context, name, path string, w io.Writer) error
 	// ContainerLogs writes what the container wrote to its stdout and
-	// stderr, from its start, to stdout and stderr (each line whole),
-	// following them until the container stops or ctx ends: how a gate on
-	// an engine that is not local hands aisb its access log.
-	ContainerLogs(ctx context.Context, name string, stdout, stderr io.Writer) error
+	// stderr, from its start, to stdout and stderr (each line whole); with
+	// follow, it goes on until the container stops or ctx ends: how a gate
+	// on an engine that is not local hands aisb its access log.
+	ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error
 
 	VolumeCreate(ctx context.Context, o types.VolumeCreateOptions) (*types.VolumeConfigResponse, error)
 	VolumeExists(ctx context.Context, name string) (bool, error)

@@ -115,11 +115,11 @@ func (c *Conn) ContainerCopyOut(ctx context.Context, name, path string, w io.Wri
 	return copyFn()
 }
 
-func (c *Conn) ContainerLogs(ctx context.Context, name string, stdout, stderr io.Writer) error {
+func (c *Conn) ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error {
 	bctx, done := c.bind(ctx)
 	defer done()
 	outCh, errCh := make(chan string, 64), make(chan string, 64)
-	opts := new(containers.LogOptions).WithFollow(true).WithStdout(true).WithStderr(true)
+	opts := new(containers.LogOptions).WithFollow(follow).WithStdout(true).WithStderr(true)
 	res := make(chan error, 1)
 	go func() { res <- containers.Logs(bctx, name, opts, outCh, errCh) }()
 	// The service sends one frame per line; a frame without its newline

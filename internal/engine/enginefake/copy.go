@@ -109,7 +109,7 @@ func (f *Fake) WriteFile(name, p string, content []byte) error {
 // ContainerLogs writes what the container's attach writes (its stdout
 // and stderr, set for it) and returns: the fake runs no process whose
 // output it could follow.
-func (f *Fake) ContainerLogs(ctx context.Context, name string, stdout, stderr io.Writer) error {
+func (f *Fake) ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, i, err := f.beginContainer(ctx, ContainerLogs, name, "")
