@@ -24,6 +24,10 @@ var ErrLost = errors.New("the gate stopped")
 // share of the tunnels the front hands over. Seen, that ends the gate the
 // same way: squid is killed, its port held, and lost says why.
 func WatchAlive(ctx context.Context, g *Gate, every time.Duration, lost func(error)) {
+	if g.remote != nil {
+		watchAliveRemote(ctx, g, every, lost)
+		return
+	}
 	misses := 0
 	for {
 		select {

@@ -56,6 +56,10 @@ func (g *Gate) Quiesce(within time.Duration) {
 // clientConns counts the connections squid holds open on its two ports (on
 // the front only when the TLS port is not known: a gate found running).
 func (g *Gate) clientConns() int {
+	if g.remote != nil {
+		// Another host's sockets are not in this table.
+		return 0
+	}
 	n := ClientConns(g.Port)
 	if g.TLSPort > 0 {
 		n += ClientConns(g.TLSPort)
@@ -90,6 +94,9 @@ func ClientConns(port int) int {
 // access log cannot grow. It reports false when it could not: no process
 // recorded, or one that did not die in time.
 func (g *Gate) KillSquid(within time.Duration) bool {
+	if g.remote != nil {
+		return g.killRemote(within)
+	}
 	pid, _, _ := strings.Cut(g.squid, ":")
 	n, err := strconv.Atoi(pid)
 	if err != nil || n <= 1 {

@@ -51,6 +51,9 @@ type Options struct {
 	// Finisher is the session's watchdog ("PID:STARTTIME"), which may
 	// finish the gate after its owner exits (engine.LabelFinisher).
 	Finisher string
+	// Remote, set for an engine that is not local, makes the gate go
+	// through the API alone (remote.go); nil: a local gate.
+	Remote *Remote
 }
 
 // Gate is a running gate. Create (with Start and Up) makes it, Find finds a
@@ -79,6 +82,11 @@ type Gate struct {
 	// not the gate.
 	squidUID int
 	uidKnown bool
+
+	// remote is the engine of a gate on an engine that is not local
+	// (remote.go), nil for a local gate; logs follows its logs.
+	remote engine.Engine
+	logs   *remoteLogs
 }
 
 // CACert is the session CA (PEM) the sandbox must trust for credential
@@ -144,6 +152,9 @@ func Create(c engine.Engine, o Options) (*Gate, error) {
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("start gate: %w", err)
 	}
+	if o.Remote != nil {
+		return createRemote(c, o)
+	}
 	hold, port, tlsPort, err := choosePorts(c.SameUser())
 	if err != nil {
 		return nil, fmt.Errorf("start gate: find a free port: %w", err)
@@ -193,6 +204,9 @@ func squidUID(c engine.Engine) (int, bool) {
 // Open starts the created gate and returns once squid listens on its port.
 // On failure the gate is removed.
 func (g *Gate) Open(c engine.Engine) error {
+	if g.remote != nil {
+		return g.openRemote(c, 20*time.Second)
+	}
 	defer g.hold.release()
 	if err := c.ContainerStart(context.TODO(), g.Name); err != nil {
 		return errors.Join(fmt.Errorf("start gate: %w", err), g.Stop(c))
@@ -236,5 +250,9 @@ func (g *Gate) Kill(c engine.Engine) error {
 	// A kill that fails because the gate is already gone is fine: Remove
 	// below is what must succeed, and it reports its own failure.
 	_ = c.ContainerKill(context.TODO(), g.Name, "KILL")
-	return engine.Remove(context.TODO(), c, g.Name)
+	err := engine.Remove(context.TODO(), c, g.Name)
+	// A remote gate's log stream ends with its container.
+	g.logsEnded(5 * time.Second)
+	g.closeLogs()
+	return err
 }

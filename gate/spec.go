@@ -50,11 +50,23 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	s.NoNewPrivileges = ptr(true)
 	s.ReadOnlyFilesystem = ptr(true)
 	s.ReadWriteTmpfs = ptr(true)
-	s.Mounts = []spec.Mount{{Type: "bind", Source: o.Dir, Destination: dirInContainer, Options: []string{"rw"}}}
-	if o.HelperDir != "" {
-		// Read-only: squid (the user's uid on the host) can connect to the
-		// socket but replace neither it nor the helper.
-		s.Mounts = append(s.Mounts, spec.Mount{Type: "bind", Source: o.HelperDir, Destination: helperMount, Options: []string{"ro"}})
+	switch {
+	case o.Remote != nil:
+		// On an engine that is not local its directory is copied in
+		// (remote.go), and squid writes its pid file and, with
+		// credentials, its generated certificates there: its root is
+		// writable (by the proxy user only where it owns a directory:
+		// /gate). Nothing is mounted.
+		s.ReadOnlyFilesystem = ptr(false)
+		// Its first step is the probe, which then execs squid (remote.go).
+		s.Entrypoint, s.Command = remoteCommand()
+	default:
+		s.Mounts = []spec.Mount{{Type: "bind", Source: o.Dir, Destination: dirInContainer, Options: []string{"rw"}}}
+		if o.HelperDir != "" {
+			// Read-only: squid (the user's uid on the host) can connect to the
+			// socket but replace neither it nor the helper.
+			s.Mounts = append(s.Mounts, spec.Mount{Type: "bind", Source: o.HelperDir, Destination: helperMount, Options: []string{"ro"}})
+		}
 	}
 	s.Labels = map[string]string{engine.LabelKind: "gate", engine.LabelSession: o.Session}
 	if o.Owner != "" {
@@ -71,7 +83,7 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 // squid adds its own trust store (see WriteTLSFiles).
 func squidConfig(o Options, host netaddr.Host, port, tlsPort int, defaultCA bool, tokens squidconf.Tokens) squidconf.Config {
 	cfg := squidconf.Config{Session: o.Session, Port: port, TLSPort: tlsPort, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host,
-		Credentials: o.Credentials, DefaultCA: defaultCA, Tokens: tokens}
+		Credentials: o.Credentials, DefaultCA: defaultCA, Tokens: tokens, Stream: o.Remote != nil}
 	if o.HelperDir != "" {
 		cfg.Helper = &squidconf.Helper{Program: helperMount + "/" + squidconf.HelperProgram, Socket: helperMount + "/" + squidconf.HelperSocket}
 	}

@@ -167,9 +167,18 @@ func writeFiles(o Options, port, tlsPort int, tokens squidconf.Tokens) (caCert [
 	if err != nil {
 		return nil, err
 	}
+	return writeFilesFor(o, host, port, tlsPort, tokens)
+}
+
+// writeFilesFor is writeFiles for a host whose addresses are host (an
+// engine's that is not local, read there by the probe).
+func writeFilesFor(o Options, host netaddr.Host, port, tlsPort int, tokens squidconf.Tokens) (caCert []byte, err error) {
 	// A stale pid file (a killed gate) stops the next squid from starting.
+	// A remote gate's logs are already being copied here (remote.go).
 	for _, f := range []string{"access.log", "cache.log", "squid.pid"} {
-		os.Remove(filepath.Join(o.Dir, f))
+		if o.Remote == nil {
+			os.Remove(filepath.Join(o.Dir, f))
+		}
 	}
 	caCert, defaultCA, err := WriteTLSFiles(o.Dir, o.Credentials, o.UpstreamCAs)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"net"
 	"path/filepath"
 	"sort"
@@ -47,5 +48,21 @@ func TestServe(t *testing.T) {
 	serve(filepath.Join(t.TempDir(), "none.sock"), strings.NewReader("7 yes.test -\n"), &out)
 	if out.String() != "7 ERR\n" {
 		t.Errorf("no aisb: %q", out.String())
+	}
+}
+
+// TestProbe: --probe prints two distinct loopback ports and the host's
+// addresses as one JSON line.
+func TestProbe(t *testing.T) {
+	var b strings.Builder
+	if code := probe(&b); code != 0 {
+		t.Fatalf("probe exited %d", code)
+	}
+	var p Probe
+	if err := json.Unmarshal([]byte(b.String()), &p); err != nil {
+		t.Fatalf("probe printed %q: %v", b.String(), err)
+	}
+	if p.Port <= 0 || p.TLSPort <= 0 || p.Port == p.TLSPort || len(p.Addrs) == 0 {
+		t.Errorf("probe: %+v", p)
 	}
 }

@@ -110,7 +110,7 @@ func runAction(c *cli.Context, e *appEnv) error {
 	}
 	stdinTTY := term.IsTerminal(int(os.Stdin.Fd())) && term.IsTerminal(int(os.Stdout.Fd()))
 	code, err := session.Run(c.Context, session.Options{
-		Config: r, Paths: e.paths, Where: e.local(), ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
+		Config: r, Paths: e.paths, Where: e.where, ProjectDir: src.ProjectDir, Command: c.Args().Slice(),
 		Helper: c.String("network-helper"), GateName: c.String("gate"),
 		Unenforced: c.Bool("allow-unenforced"), AllowProjectSockets: c.Bool("allow-project-sockets"), RlimitFallback: c.Bool("rlimit-fallback"), CPUSeconds: c.Uint64("cpu-seconds"),
 		Entrypoint: e.entrypoint, GateHelper: e.gateHelper, Watchdog: []string{self, "internal-watchdog"}, StatusReader: []string{self, "internal-read-status"}, Terminal: stdinTTY, Review: c.Bool("review"), Trace: e.trace, Builds: e.builds(c),

@@ -70,7 +70,7 @@ func renderHandover(line func(string, ...any), c Config) {
 	line("acl gate_noted_allowed note rule %s", audit.RuleAllowed)
 	line("acl gate_status_ok http_status 200")
 	line("acl gate_handed_over all-of gate_at_front gate_connect gate_tls_target gate_noted_allowed gate_status_ok")
-	line("access_log stdio:%s/access.log gate_audit !gate_handed_over", c.Dir)
+	line("access_log %s gate_audit !gate_handed_over", c.accessLog())
 }
 
 // checkPorts says what is wrong with the two ports.

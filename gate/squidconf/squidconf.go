@@ -33,6 +33,25 @@ type Config struct {
 	// Tokens prove the session's sandbox, and the front's hand-over, to
 	// the gate (auth.go).
 	Tokens Tokens
+	// Stream writes the access log to squid's stdout and its cache log to
+	// its stderr, which an engine that is not local hands aisb through the
+	// API (its logs); else both are files in Dir.
+	Stream bool
+}
+
+// accessLog is where squid writes the access log, and cacheLog its own.
+func (c Config) accessLog() string {
+	if c.Stream {
+		return "stdio:/dev/stdout"
+	}
+	return "stdio:" + c.Dir + "/access.log"
+}
+
+func (c Config) cacheLog() string {
+	if c.Stream {
+		return "/dev/stderr"
+	}
+	return c.Dir + "/cache.log"
 }
 
 // Helper is the external ACL helper a session gate consults for names its
@@ -119,7 +138,7 @@ func Render(c Config) (string, error) {
 	line("pid_filename %s/squid.pid", c.Dir)
 	line("# What squid and its helpers write (logs, generated keys) is the gate's alone.")
 	line("umask 077")
-	line("cache_log %s/cache.log", c.Dir)
+	line("cache_log %s", c.cacheLog())
 	line("")
 	line("# A gate, not a cache: nothing stored, no side services.")
 	line("cache deny all")

@@ -284,3 +284,22 @@ func TestRenderRefusesBadCredentials(t *testing.T) {
 		t.Error("two credentials for one header of one host rendered")
 	}
 }
+
+// TestRenderStream: a remote gate's squid writes its access log to stdout
+// and its cache log to stderr (aisb follows them through the API), and no
+// log file in its directory.
+func TestRenderStream(t *testing.T) {
+	hosts, _ := allowlist.Parse([]string{"remote.test"})
+	conf, err := Render(Config{Session: "stream", Port: 41234, TLSPort: 41235, Dir: "/gate", Tokens: testTokens, Allowlist: hosts, Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"access_log stdio:/dev/stdout gate_audit", "cache_log /dev/stderr"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("the config lacks %q", want)
+		}
+	}
+	if strings.Contains(conf, "/gate/access.log") || strings.Contains(conf, "/gate/cache.log") {
+		t.Error("a streamed config still names a log file")
+	}
+}

@@ -43,6 +43,11 @@ type Engine interface {
 	// ContainerCopyOut writes path in the container to w as a tar archive
 	// (the bindings' CopyToArchive).
 	ContainerCopyOut(ctx context.Context, name, path string, w io.Writer) error
+	// ContainerLogs writes what the container wrote to its stdout and
+	// stderr, from its start, to stdout and stderr (each line whole); with
+	// follow, it goes on until the container stops or ctx ends: how a gate
+	// on an engine that is not local hands aisb its access log.
+	ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error
 
 	VolumeCreate(ctx context.Context, o types.VolumeCreateOptions) (*types.VolumeConfigResponse, error)
 	VolumeExists(ctx context.Context, name string) (bool, error)
@@ -100,4 +105,9 @@ type RemoveOptions struct {
 // CopyOptions are those of a copy into a container.
 type CopyOptions struct {
 	Chown bool // entries become the container's root's (else the archive's owners)
+	// KeepOwners keeps the archive's owners, as ids inside the container
+	// (a service left to its default chowns a copy to the container's
+	// user); a remote gate's files are its proxy user's, a remote
+	// project's the agent's.
+	KeepOwners bool
 }

@@ -92,8 +92,11 @@ func (c *Conn) ContainerCopyIn(ctx context.Context, name, path string, archive i
 	bctx, done := c.bind(ctx)
 	defer done()
 	var opts *containers.CopyOptions
-	if o.Chown {
+	switch {
+	case o.Chown:
 		opts = new(containers.CopyOptions).WithChown(true)
+	case o.KeepOwners:
+		opts = new(containers.CopyOptions).WithChown(false)
 	}
 	copyFn, err := containers.CopyFromArchiveWithOptions(bctx, name, path, archive, opts)
 	if err != nil {
@@ -110,6 +113,48 @@ func (c *Conn) ContainerCopyOut(ctx context.Context, name, path string, w io.Wri
 		return err
 	}
 	return copyFn()
+}
+
+func (c *Conn) ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error {
+	bctx, done := c.bind(ctx)
+	defer done()
+	outCh, errCh := make(chan string, 64), make(chan string, 64)
+	opts := new(containers.LogOptions).WithFollow(follow).WithStdout(true).WithStderr(true)
+	res := make(chan error, 1)
+	go func() { res <- containers.Logs(bctx, name, opts, outCh, errCh) }()
+	// The service sends one frame per line; a frame without its newline
+	// (a partial line) is written as it came.
+	// A failed write is returned at the end: the stream is drained so that
+	// the bindings' reader never blocks.
+	var werr error
+	write := func(w io.Writer, l string) {
+		if _, err := io.WriteString(w, l); err != nil && werr == nil {
+			werr = err
+		}
+	}
+	for {
+		select {
+		case l := <-outCh:
+			write(stdout, l)
+		case l := <-errCh:
+			write(stderr, l)
+		case err := <-res:
+			// Lines still queued were sent before the stream ended.
+			for {
+				select {
+				case l := <-outCh:
+					write(stdout, l)
+				case l := <-errCh:
+					write(stderr, l)
+				default:
+					if err == nil {
+						err = werr
+					}
+					return err
+				}
+			}
+		}
+	}
 }
 
 func (c *Conn) VolumeCreate(ctx context.Context, o types.VolumeCreateOptions) (*types.VolumeConfigResponse, error) {

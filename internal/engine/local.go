@@ -5,8 +5,10 @@ package engine
 // directory and the project from its own filesystem, reads the gate's audit
 // as a local file and listens on its own loopback: an engine elsewhere would
 // mount another host's paths (or none) and reach another host's loopback
-// (issue #29). Until those have API paths, whatever needs them refuses a
-// non-local engine (ErrNotLocal) before it creates anything.
+// (issue #29). A session (`aisb run`) takes the decision as its path:
+// everything through the API for an engine that is not local (session's
+// remote.go); the commands that have no such path refuse one (ErrNotLocal)
+// before they create anything.
 //
 // The decision is made once, in Connect, from what the socket is, never
 // from how CONTAINER_HOST spells it: for a unix socket, the credentials of
@@ -62,8 +64,8 @@ func (e *NotLocalError) Error() string {
 		from = " (CONTAINER_HOST)"
 	}
 	return fmt.Sprintf("podman at %s%s is not local: %s; "+
-		"aisb bind-mounts its policy and the gate's files from this host, which an engine elsewhere would not see, "+
-		"so it does not drive a remote or another user's Podman yet (issue #29): "+
+		"this command bind-mounts this host's files or judges containers by this host's processes, which an engine elsewhere would not see, "+
+		"so only `aisb run` drives a remote or another user's Podman (through its API; docs/remote.md): "+
 		"unset CONTAINER_HOST, or set it to your own rootless Podman's socket on this host (unix://$XDG_RUNTIME_DIR/podman/podman.sock)",
 		e.URI, from, e.Why)
 }

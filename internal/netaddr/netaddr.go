@@ -57,9 +57,21 @@ func HostAddrs() (Host, error) {
 	if err != nil {
 		return Host{}, fmt.Errorf("list host addresses: %w", err)
 	}
-	var h Host
+	cidrs := make([]string, 0, len(addrs))
 	for _, a := range addrs {
-		p, err := netip.ParsePrefix(a.String())
+		cidrs = append(cidrs, a.String())
+	}
+	return HostFrom(cidrs), nil
+}
+
+// HostFrom is HostAddrs of the interface addresses cidrs ("ADDR/BITS", as
+// net.InterfaceAddrs prints them), read on another host (an engine that is
+// not local, where the gate's probe reads them); what does not parse is
+// skipped.
+func HostFrom(cidrs []string) Host {
+	var h Host
+	for _, a := range cidrs {
+		p, err := netip.ParsePrefix(a)
 		if err != nil {
 			continue
 		}
@@ -75,7 +87,7 @@ func HostAddrs() (Host, error) {
 			h.Prefixes = append(h.Prefixes, n)
 		}
 	}
-	return h, nil
+	return h
 }
 
 // Equal reports whether two reads of the host found the same addresses and

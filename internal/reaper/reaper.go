@@ -169,6 +169,23 @@ func Remove(where engine.Where, names []string) error {
 	return errors.Join(errs...)
 }
 
+// RemoveVolumes removes the named volumes (a missing one is no error),
+// after their containers: a session's on an engine that is not local.
+func RemoveVolumes(where engine.Where, names []string) error {
+	c, err := engine.Connect(context.Background(), where)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var errs []error
+	for _, n := range names {
+		if err := c.VolumeRemove(context.TODO(), n); err != nil && !engine.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove volume %s: %w", n, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Reap removes containers whose owning aisb process is gone: the path that
 // catches what a killed session and its watchdog both left behind. A
 // container whose session's watchdog still runs is its watchdog's to remove.

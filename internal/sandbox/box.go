@@ -89,8 +89,23 @@ func Create(c engine.Engine, o Options) (*Box, error) {
 
 func (b *Box) prepare(ctx context.Context, warnings []string) error {
 	o := b.o
-	if err := copyFiles(b.c, b.name, o.Files); err != nil {
+	files := o.Files
+	if o.Remote {
+		// The policy goes in the same copy as the other files.
+		policy, err := policyFiles(o.PolicyDir)
+		if err != nil {
+			return err
+		}
+		files = append(policy, files...)
+	}
+	if err := copyFiles(b.c, b.name, files); err != nil {
 		return err
+	}
+	if o.Remote {
+		b.trace("session policy copied in")
+		if err := copyProject(b.c, b.name, o.ProjectDir, b.trace, o.ProjectCopied); err != nil {
+			return err
+		}
 	}
 	for _, w := range warnings {
 		// Podman creates the container and ignores the limits where it

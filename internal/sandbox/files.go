@@ -19,6 +19,7 @@ type File struct {
 	Path    string // absolute, inside the container
 	Mode    int64  // permission bits
 	Content []byte
+	Dir     bool // a directory (no content), written before what it holds
 }
 
 // copyFiles writes files into the created, not yet started, container. They
@@ -37,6 +38,9 @@ func copyFiles(c engine.Engine, name string, files []File) error {
 		hdr := &tar.Header{
 			Name: strings.TrimPrefix(clean, "/"), Mode: f.Mode & 0o777, Size: int64(len(f.Content)),
 			Typeflag: tar.TypeReg, ModTime: time.Now(), Format: tar.FormatPAX,
+		}
+		if f.Dir {
+			hdr.Typeflag, hdr.Name, hdr.Size = tar.TypeDir, hdr.Name+"/", 0
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return fmt.Errorf("sandbox file %s: %w", f.Path, err)

@@ -85,9 +85,18 @@ type Options struct {
 	// Finisher is the session's watchdog ("PID:STARTTIME"), which may
 	// remove the exited sandbox after its owner exits (engine.LabelFinisher).
 	Finisher string
-	Overlay  *Overlay                         // review mode: the project copy-on-write; nil: bind-mounted read-write
-	Logf     func(format string, args ...any) // aisb's messages (stderr)
-	Trace    func(phase string)               // phase timings ($AISB_TRACE); nil: none
+	Overlay  *Overlay // review mode: the project copy-on-write; nil: bind-mounted read-write
+	// Remote is an engine that is not local (remote.go): the policy is
+	// copied in, not mounted, and the project is ProjectVolume, a volume
+	// on the engine's host that Create fills with a copy of ProjectDir.
+	// GitDirs, AgentSock and Overlay must be empty.
+	Remote        bool
+	ProjectVolume string
+	// ProjectCopied is told what the project's copy holds (relative,
+	// slash-separated paths), once it is in ProjectVolume.
+	ProjectCopied func(paths []string)
+	Logf          func(format string, args ...any) // aisb's messages (stderr)
+	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its
 	// subcommand, which calls ReadUpperStatus); nil: the archive copy only.
 	StatusReader []string
@@ -154,12 +163,21 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	s.Mounts = []spec.Mount{
 		{Type: "bind", Source: o.PolicyDir, Destination: contract.PolicyDir, Options: []string{"ro"}},
 	}
-	if o.Overlay != nil {
+	if o.Remote {
+		if len(o.GitDirs) > 0 || o.AgentSock != "" || o.Overlay != nil || o.ProjectVolume == "" {
+			return nil, fmt.Errorf("sandbox on an engine that is not local: no git directories, ssh-agent or overlay can be mounted there, and the project must be a volume")
+		}
+		// Nothing of this host is mounted (remote.go).
+		s.Mounts = nil
+		s.Volumes = append([]*specgen.NamedVolume{{Name: o.ProjectVolume, Dest: project.ProjectInContainer, Options: []string{"rw"}}}, o.Volumes...)
+	} else if o.Overlay != nil {
 		s.OverlayVolumes = []*specgen.OverlayVolume{o.Overlay.volume(o.ProjectDir)}
 	} else {
 		s.Mounts = append([]spec.Mount{{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts}}, s.Mounts...)
 	}
-	s.Volumes = o.Volumes
+	if !o.Remote {
+		s.Volumes = o.Volumes
+	}
 	s.WorkDir = "/project"
 	s.Env = map[string]string{}
 	for k, v := range o.Env {

@@ -151,6 +151,8 @@ func Abandoned(where engine.Where, paths state.Paths, id string) error {
 		errs = append(errs, audit.FinishedAudit(paths.AuditDir(), id, ErrKilled))
 	}
 	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}))
+	// A remote engine's copy of the project (remote.go): none elsewhere.
+	errs = append(errs, reaper.RemoveVolumes(where, []string{ProjectVolume(id)}))
 	// Also when Podman could not be reached: the keys do not outlive aisb.
 	errs = append(errs, gate.RemoveSecrets(gateDir(paths.SessionDir(id))))
 	os.RemoveAll(helperDir(paths.SessionDir(id)))

@@ -84,13 +84,15 @@ type podmanPrep struct {
 // preparePodman starts the session's Podman preparations; wait returns
 // their results (and may be called again: a deferred call makes sure
 // nothing still uses the connection when the session returns early).
-func preparePodman(c engine.Engine, o Options, specs func() ([]image.Hashed, error)) *podmanPrep {
+func preparePodman(c engine.Engine, o Options, specs func() ([]image.Hashed, error), sweep bool) *podmanPrep {
 	p := &podmanPrep{done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		reaped := make(chan struct{})
 		go func() {
-			reaper.Reap(c, o.Logf)
+			if sweep {
+				reaper.Reap(c, o.Logf)
+			}
 			close(reaped)
 		}()
 		p.helper, p.err = sandbox.Helper(c, o.Helper)

@@ -28,9 +28,12 @@ type network struct {
 	// the gate: it removes the gate's secrets, not aisb.
 	handedOff bool
 
-	gate  gater // nil outside allow mode
-	logf  func(string, ...any)
-	alive struct {
+	gate gater // nil outside allow mode
+	logf func(string, ...any)
+	// onLost, when set, is what the session does when its gate dies
+	// instead of only saying so (a remote gate's, remote.go).
+	onLost func(error)
+	alive  struct {
 		ctx     context.Context
 		stop    context.CancelFunc
 		done    chan struct{} // closed when the watch has ended; nil before ready
@@ -48,6 +51,9 @@ func (r *run) openNetwork(ctx context.Context) error {
 	mode := cfg.Network.Mode
 	mapped := netip.MustParseAddr(sandbox.MappedHost(r.helper))
 	n := &network{logf: o.Logf}
+	if r.remote {
+		n.onLost = r.gateLost
+	}
 	p := contract.Policy{Version: contract.PolicyVersion, Mode: mode}
 	switch mode {
 	case contract.ModeAllow:
@@ -130,6 +136,10 @@ func (n *network) ready() error {
 			n.alive.mu.Lock()
 			n.alive.lostErr = err
 			n.alive.mu.Unlock()
+			if n.onLost != nil {
+				n.onLost(err)
+				return
+			}
 			n.logf("WARNING: %v: the sandbox can no longer reach the network (its requests fail, nothing gets out); this session will end in error", err)
 		})
 	}()
@@ -207,6 +217,11 @@ func (r *run) openGate(ctx context.Context) (*sessionGate, error) {
 	gopts := gate.Options{Session: r.id, Dir: gateDir(r.dir), Image: r.imgs.gate, Allowlist: o.Config.Allowlist, SSHHosts: o.Config.SSHHosts,
 		DNS: cfg.Network.Resolvers(), Owner: r.owner, HelperDir: r.st.helperDir, Credentials: r.creds, UpstreamCAs: cfg.Network.UpstreamCA,
 		Finisher: r.wd.Owner()}
+	if r.remote {
+		// The gate cannot reach this host's helper socket (remote.go).
+		gopts.HelperDir = ""
+		gopts.Remote = &gate.Remote{Probe: r.gateHelper}
+	}
 	g, err := gate.Create(r.c, gopts)
 	if err != nil {
 		return nil, err
@@ -252,6 +267,11 @@ func (sg *sessionGate) ready() error {
 		sg.r.trace("gate ready (both ports, TLS port checked)")
 	}
 	sg.watched = make(chan struct{})
+	if sg.g.Remote() {
+		// The engine host's addresses were read once, by the probe.
+		close(sg.watched)
+		return nil
+	}
 	go func() {
 		defer close(sg.watched)
 		gate.WatchHost(sg.watchCtx, sg.g, gate.WatchEvery, func() error { return gate.Reconfigure(sg.r.c, sg.g) }, sg.r.o.Logf)
@@ -284,14 +304,20 @@ func (sg *sessionGate) finish(trace func(string)) (handedOff bool, err error) {
 	// The sandbox is gone: nothing asks the live server any more, and
 	// what it records is in the audit before the watchdog goes on.
 	r.st.quiet()
-	if r.wd != nil {
+	if r.wd != nil && !r.remote {
 		handedOff, err = handOff(sg.ctx, r.c, r.o, r.id, sg.g, sg.follower, r.wd, trace)
 		// Not handed over: handOff finished and removed the gate itself.
 		sg.removed = true
 		return handedOff, err
 	}
 	sg.g.Quiesce(time.Second)
-	sg.g.KillSquid(time.Second)
+	trace("gate quiet")
+	if !sg.g.KillSquid(time.Second) && sg.g.Remote() {
+		// Its log stream did not end in time: what it still held is
+		// missing from the audit, which the follower cannot know.
+		r.o.Logf("the gate's access log through the API did not end within 1s of its kill: the audit of session %s may miss its last lines", r.id)
+	}
+	trace("squid stopped")
 	if ferr := sg.follower.Stop(); ferr != nil {
 		return false, fmt.Errorf("the audit of session %s is incomplete: %w", r.id, ferr)
 	}

@@ -1,3 +1,7 @@
+// The session's order against the fakes, in one file of about 480 lines:
+// every case shares the fake engine, the fake gate and the order they
+// record, local and remote alike.
+
 package session
 
 import (
@@ -33,11 +37,15 @@ import (
 
 // fakePodman is the fake service as a session's connection.
 type fakePodman struct {
+	remote bool // the fake plays an engine that is not local
 	*enginefake.Fake
 	closed bool
 }
 
-func (p *fakePodman) How() string     { return "the fake" }
+func (p *fakePodman) How() string { return "the fake" }
+func (p *fakePodman) Locality() engine.Locality {
+	return engine.Locality{Local: !p.remote, Why: "the fake"}
+}
 func (p *fakePodman) Address() string { return "fake://" }
 func (p *fakePodman) Close() error    { p.closed = true; return nil }
 func (p *fakePodman) Reconnect(context.Context, engine.Where, time.Duration) error {
@@ -390,4 +398,89 @@ func TestSessionStatusUnread(t *testing.T) {
 		t.Errorf("the user was not told the status was unread:\n%s", oc.stderr)
 	}
 	wantOrder(t, r, oc.ev, endSteps, endEvents)
+}
+
+// TestSessionRemote: on an engine that is not local the session copies
+// the policy and the project in (no bind mount), tells the entrypoint by a
+// copy too, says on stderr that it is a review session of a copy, reads
+// the copy back for the review once the sandbox has exited, and removes
+// the project's volume once the sandbox is gone, before the gate's audit
+// ends; the rest of the teardown keeps its order, and no sweep runs.
+func TestSessionRemote(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.p.remote = true
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	code, err, r := oc.run(t)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
+	}
+	steps := []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}
+	wantOrder(t, r, oc.ev, steps, endEvents)
+	sandboxGone(t, oc.f, r.id)
+	if ok, _ := oc.f.VolumeExists(context.Background(), ProjectVolume(r.id)); ok {
+		t.Errorf("the project's volume %s is left", ProjectVolume(r.id))
+	}
+	if !strings.Contains(oc.stderr.String(), "podman is not local: this is a review session; the project is copied to volume "+ProjectVolume(r.id)) {
+		t.Errorf("stderr does not say the project is a copy:\n%s", oc.stderr)
+	}
+	var calls []string
+	for _, l := range oc.f.Log() {
+		if strings.Contains(l, " sandbox ") && !strings.HasPrefix(l, "ContainerInspect") {
+			calls = append(calls, strings.Join(strings.Fields(l)[:1], " ")+" "+strings.Join(strings.Fields(l)[3:], " "))
+		}
+		if strings.HasPrefix(l, "ContainerList") {
+			t.Errorf("a sweep ran on an engine that is not local: %s", l)
+		}
+	}
+	want := []string{"ContainerCreate ", "ContainerCopyIn /", "ContainerCopyIn /project", "ContainerAttach ", "ContainerStart ",
+		"ContainerCopyIn /", "ContainerWait ", "ContainerCopyOut " + contract.StatusPath, "ContainerCopyOut /project", "ContainerRemove "}
+	if !slices.Equal(calls, want) {
+		t.Errorf("the sandbox's calls %q, want %q", calls, want)
+	}
+}
+
+// TestSessionRemoteRefusals: what needs this host's files or sockets seen
+// from the engine is refused on one that is not local, before anything is
+// created there (--review is not: every session there is one).
+func TestSessionRemoteRefusals(t *testing.T) {
+	for name, set := range map[string]func(o *Options){
+		"gate": func(o *Options) { o.GateName = "shared" },
+		"ask":  func(o *Options) { o.Config.Config.Network.Ask = true },
+	} {
+		t.Run(name, func(t *testing.T) {
+			oc := newOrderCase(t, false)
+			oc.p.remote = true
+			set(&oc.o)
+			_, err := Run(context.Background(), oc.o)
+			if !errors.Is(err, ErrRemoteUnsupported) {
+				t.Fatalf("run: %v, want ErrRemoteUnsupported", err)
+			}
+			if names := oc.f.ContainerNames(); len(names) != 0 {
+				t.Errorf("created %q", names)
+			}
+			if vols, _ := oc.f.VolumeList(context.Background(), nil); len(vols) != 0 {
+				t.Errorf("created volumes %v", vols)
+			}
+		})
+	}
+}
+
+// TestSessionRemoteGateLost: a remote gate that dies under the running
+// agent stops the sandbox (aisb cannot hold its port on that host), and
+// the session ends in the lost gate's error, its teardown in order.
+func TestSessionRemoteGateLost(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.p.remote = true
+	oc.g.lose, oc.g.lost = gate.ErrLost, make(chan struct{})
+	_, err, r := oc.run(t)
+	if !errors.Is(err, gate.ErrLost) {
+		t.Fatalf("run: %v; want the lost gate's error", err)
+	}
+	if !strings.Contains(oc.stderr.String(), "so it stops the sandbox") {
+		t.Errorf("the user was not told:\n%s", oc.stderr)
+	}
+	if !slices.ContainsFunc(oc.f.Log(), func(s string) bool { return strings.HasPrefix(s, "ContainerKill sandbox") }) {
+		t.Errorf("the sandbox was not killed: %q", oc.f.Log())
+	}
+	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}, endEvents)
 }

@@ -1,3 +1,7 @@
+// One session's steps and its one teardown, in one file of about 440
+// lines: the teardown's order is the session's guarantee, and it reads
+// against the steps that set up what it undoes.
+
 package session
 
 import (
@@ -42,18 +46,25 @@ type run struct {
 	creds   []squidconf.Credential
 
 	// The session's resources, in the order Run acquires them.
-	c      podman
-	podman *podmanPrep
-	id     string
-	owner  string
-	dir    string // the session's directory
-	wd     *reaper.Watchdog
-	st     *steer
-	helper string // the network helper (pasta or slirp4netns)
-	imgs   images
-	rv     *review.Session
-	net    *network
-	vols   []*specgen.NamedVolume
+	c podman
+	// remote says the engine is not local (Connect's decision): nothing
+	// of this host is mounted, the gate goes through the API (remote.go).
+	remote bool
+	// projectVol is the volume on the engine's host holding the project's
+	// copy, for a remote engine.
+	projectVol string
+	sent       []string // what the project's copy held at the start
+	podman     *podmanPrep
+	id         string
+	owner      string
+	dir        string // the session's directory
+	wd         *reaper.Watchdog
+	st         *steer
+	helper     string // the network helper (pasta or slirp4netns)
+	imgs       images
+	rv         *review.Session
+	net        *network
+	vols       []*specgen.NamedVolume
 	// closeState records what the session changed in its state volume.
 	closeState func()
 	box        sandboxBox
@@ -145,6 +156,15 @@ func (r *run) connect(ctx context.Context) error {
 	}
 	r.c = c
 	r.trace("connected to podman (" + c.How() + ")")
+	if loc := c.Locality(); !loc.Local {
+		r.remote = true
+		if err := checkRemote(o, r); err != nil {
+			return err
+		}
+		r.trace("engine not local (" + loc.Why + "): the policy, the gate's files, the audit, the gate's ports and the project go through its API")
+	} else {
+		r.trace("engine local: the policy and the gate's directory are bind-mounted, the audit read from its file")
+	}
 	if !local {
 		if arch, err = c.Arch(ctx); err != nil {
 			return err
@@ -154,7 +174,13 @@ func (r *run) connect(ctx context.Context) error {
 		}
 		specs = hashImages(o, r.h, r.entrypoint)
 	}
-	r.podman = preparePodman(c, o, specs)
+	r.podman = preparePodman(c, o, specs, !r.remote)
+	if r.remote {
+		// The sweep judges containers by this host's processes: on an
+		// engine that is not local they may be another host's live
+		// sessions, so it does not run there (remote.go).
+		r.trace("no sweep of dead sessions on an engine that is not local")
+	}
 	if err := sockets(); err != nil {
 		return err
 	}
@@ -203,7 +229,9 @@ func (r *run) openImages() error {
 		return err
 	}
 	r.trace("images ready, reaped")
-	if r.o.Review {
+	// On an engine that is not local every session is a review session:
+	// the agent works on a copy (remote.go).
+	if r.o.Review || r.remote {
 		rv, err := review.Begin(r.dir, review.Meta{Session: r.id, Project: r.o.ProjectDir, Owner: r.owner, Image: r.imgs.sandbox})
 		if err != nil {
 			return err
@@ -227,7 +255,7 @@ func (r *run) openState() error {
 
 // overlay is the review layer the sandbox mounts over the project, or nil.
 func (r *run) overlay() *sandbox.Overlay {
-	if r.rv == nil {
+	if r.rv == nil || r.remote {
 		return nil
 	}
 	return &sandbox.Overlay{Upper: r.rv.Upper(), Work: r.rv.Work()}
@@ -248,6 +276,7 @@ func (r *run) createSandbox() error {
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: r.limits.pids, Memory: r.limits.memory, CPUs: r.limits.cpus, Rlimits: r.limits.rlimits,
 		Volumes: r.vols, Owner: r.owner, Finisher: r.wd.Owner(), Overlay: r.overlay(), StatusReader: o.StatusReader,
+		Remote: r.remote, ProjectVolume: r.projectVol, ProjectCopied: func(p []string) { r.sent = p },
 		Logf: o.Logf, Trace: r.trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err != nil {
@@ -282,7 +311,11 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 		if err := r.st.publish(n.gatePort); err != nil {
 			return sandbox.Exit{}, err
 		}
-		if err := sandbox.TellGateReady(n.policyDir); err != nil {
+		tell := func() error { return sandbox.TellGateReady(n.policyDir) }
+		if r.remote {
+			tell = func() error { return sandbox.TellGateReadyIn(r.c, r.id) }
+		}
+		if err := tell(); err != nil {
 			return sandbox.Exit{}, err
 		}
 		r.trace("entrypoint told the gate is ready")
@@ -290,10 +323,15 @@ func (r *run) runSandbox() (sandbox.Exit, error) {
 	r.trace("network ready")
 	r.started()
 	exit, err := r.box.Wait()
+	if err == nil && r.remote && r.rv != nil {
+		r.importChanges()
+	}
 	if err == nil {
 		// In review mode the overlay is scrubbed once the sandbox is gone
 		// (endReview): aisb removes it itself.
-		r.leave = r.wd != nil && r.rv == nil
+		// On a remote engine the project's volume goes once the sandbox
+		// is gone: aisb removes the sandbox itself.
+		r.leave = r.wd != nil && r.rv == nil && !r.remote
 	}
 	return exit, err
 }
@@ -324,6 +362,11 @@ func (r *run) teardown() {
 		r.closeState()
 		r.trace("state recorded")
 	}
+	// 2b. The project's copy on a remote engine, once the sandbox is gone.
+	if r.projectVol != "" {
+		r.step("project")
+		r.removeProject()
+	}
 	// 3. The network: squid is quiesced and stopped and the gate's audit
 	//    completed, or the gate is handed to the watchdog, which does the
 	//    same (and steps 6 and 7) after aisb has returned (Finish). A
@@ -344,7 +387,7 @@ func (r *run) teardown() {
 	//    is gone; the user hears how to see the agent's changes.
 	if r.rv != nil {
 		r.step("review")
-		endReview(r.c, r.rv, r.imgs.sandbox, r.owner, r.o.Logf)
+		endReview(r.c, r.rv, r.imgs.sandbox, r.owner, r.remote, r.o.Logf)
 	}
 	// 5. Steering: the session leaves `aisb ps`, its live server stops and
 	//    its audit file closes (the gate's follower stopped in step 3).

@@ -16,6 +16,9 @@ type podman interface {
 	Address() string
 	Close() error
 	Reconnect(ctx context.Context, w engine.Where, within time.Duration) error
+	// Locality is Connect's one decision: whether the engine is local
+	// (the fast paths) or everything goes through its API (remote.go).
+	Locality() engine.Locality
 }
 
 // seams are what a session's tests replace: the connection to Podman and

@@ -57,9 +57,9 @@ type Options struct {
 // adds to the run what it set up; the one teardown (run.teardown) undoes
 // it in a fixed order, whatever step failed.
 func Run(ctx context.Context, o Options) (int, error) {
-	// A session bind-mounts this host's files and reaps by this host's
-	// processes: a Podman elsewhere is refused before anything exists.
-	o.Where.RequireLocal = true
+	// Whether the engine is local is Connect's one decision (r.connect):
+	// a local one gets today's fast paths, any other everything through
+	// its API (remote.go).
 	r, err := plan(o)
 	if err != nil {
 		return 0, err
@@ -76,6 +76,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		func() error { return r.connect(ctx) },
 		r.openSession,
 		r.openImages,
+		r.openProject,
 		func() error { return r.openNetwork(ctx) },
 		r.openState,
 	}
@@ -102,8 +103,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 
 // endReview empties the overlay's work directory once the sandbox is gone
 // and says how to see the agent's changes.
-func endReview(c engine.Engine, rv *review.Session, img, owner string, logf func(string, ...any)) {
-	if err := sandbox.Scrub(c, img, rv.Work(), rv.Meta.Session, owner); err != nil {
+func endReview(c engine.Engine, rv *review.Session, img, owner string, remote bool, logf func(string, ...any)) {
+	if remote {
+		// No overlay ran: its work directory is empty (remote.go).
+		if err := os.Remove(rv.Work()); err != nil {
+			logf("review: %v", err)
+		}
+	} else if err := sandbox.Scrub(c, img, rv.Work(), rv.Meta.Session, owner); err != nil {
 		logf("review: %v (aisb review --apply or --discard retries)", err)
 	} else if err := os.Remove(rv.Work()); err != nil {
 		logf("review: %v", err)

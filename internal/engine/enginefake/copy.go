@@ -105,3 +105,18 @@ func (f *Fake) WriteFile(name, p string, content []byte) error {
 	files[key] = bytes.Clone(content)
 	return nil
 }
+
+// ContainerLogs writes what the container's attach writes (its stdout
+// and stderr, set for it) and returns: the fake runs no process whose
+// output it could follow.
+func (f *Fake) ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, i, err := f.beginContainer(ctx, ContainerLogs, name, "")
+	if err != nil {
+		return f.end(i, err)
+	}
+	stdout.Write(c.stdout)
+	stderr.Write(c.stderr)
+	return f.end(i, nil)
+}

@@ -34,6 +34,7 @@ const (
 	ContainerList    Method = "ContainerList"
 	ContainerCopyIn  Method = "ContainerCopyIn"
 	ContainerCopyOut Method = "ContainerCopyOut"
+	ContainerLogs    Method = "ContainerLogs"
 	VolumeCreate     Method = "VolumeCreate"
 	VolumeExists     Method = "VolumeExists"
 	VolumeInspect    Method = "VolumeInspect"

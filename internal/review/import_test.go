@@ -1,0 +1,123 @@
+package review
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+type tarEntry struct {
+	name, body, link string
+	typ              byte
+	mode             int64
+}
+
+func tarOf(t *testing.T, entries []tarEntry) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: e.mode, Size: int64(len(e.body)), Linkname: e.link}
+		if e.typ != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(e.body))
+	}
+	tw.Close()
+	return &b
+}
+
+// TestImport: the copy's archive becomes a layer Compute reads as the
+// agent's changes: a changed file, a new one, a new link, a deleted file
+// and a deleted directory (one whiteout for it); what did not change, and
+// what was never sent, are no change.
+func TestImport(t *testing.T) {
+	project, upper := t.TempDir(), t.TempDir()
+	write := func(name, body string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(project, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(project, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("same.txt", "same\n")
+	write("changed.txt", "old\n")
+	write("gone.txt", "gone\n")
+	write("olddir/x.txt", "x\n")
+	write("ignored.log", "never sent\n")
+	// Of a size, differing only in its last block: written whole.
+	big := bytes.Repeat([]byte("a"), 200000)
+	write("big.bin", string(big))
+	big[len(big)-1] = 'b'
+	sent := []string{"same.txt", "changed.txt", "gone.txt", "olddir", "olddir/x.txt", "big.bin"}
+	archive := tarOf(t, []tarEntry{
+		{name: "project/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/same.txt", body: "same\n", typ: tar.TypeReg, mode: 0o644},
+		{name: "project/changed.txt", body: "new\n", typ: tar.TypeReg, mode: 0o644},
+		{name: "project/made/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/made/n.txt", body: "n\n", typ: tar.TypeReg, mode: 0o600},
+		{name: "project/lnk", link: "same.txt", typ: tar.TypeSymlink, mode: 0o777},
+		{name: "project/big.bin", body: string(big), typ: tar.TypeReg, mode: 0o644},
+	})
+	st, err := Import(upper, project, archive, sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Deleted != 2 {
+		t.Errorf("stats %+v: want 2 whiteouts (gone.txt, olddir)", st)
+	}
+	changes, err := Compute(project, upper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Kind{}
+	for _, c := range changes {
+		got[c.Path] = c.Kind
+	}
+	if b, err := os.ReadFile(filepath.Join(upper, "big.bin")); err != nil || !bytes.Equal(b, big) {
+		t.Errorf("big.bin in the layer: %d bytes, %v; want the copy's", len(b), err)
+	}
+	want := map[string]Kind{"big.bin": Modified, "changed.txt": Modified, "made": Added, "made/n.txt": Added, "lnk": Added, "gone.txt": Deleted, "olddir": Deleted, "olddir/x.txt": Deleted}
+	for p, k := range want {
+		if got[p] != k {
+			t.Errorf("%s: %q, want %q (all: %v)", p, got[p], k, got)
+		}
+	}
+	for _, p := range []string{"same.txt", "ignored.log"} {
+		if _, ok := got[p]; ok {
+			t.Errorf("%s is a change: %v", p, got)
+		}
+	}
+}
+
+// TestImportRefusesEscapes: a name that leaves the layer, or a file under
+// a link, is refused, and nothing is written outside the layer.
+func TestImportRefusesEscapes(t *testing.T) {
+	outside := t.TempDir()
+	for name, entries := range map[string][]tarEntry{
+		"dotdot": {{name: "project/../evil", body: "x", typ: tar.TypeReg, mode: 0o644}},
+		"under a link": {
+			{name: "project/l", link: outside, typ: tar.TypeSymlink, mode: 0o777},
+			{name: "project/l/evil", body: "x", typ: tar.TypeReg, mode: 0o644},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			project, upper := t.TempDir(), filepath.Join(t.TempDir(), "upper")
+			os.Mkdir(upper, 0o700)
+			_, err := Import(upper, project, tarOf(t, entries), nil)
+			if !errors.Is(err, ErrImport) {
+				t.Errorf("Import: %v, want ErrImport", err)
+			}
+			for _, p := range []string{filepath.Join(filepath.Dir(upper), "evil"), filepath.Join(outside, "evil")} {
+				if _, err := os.Lstat(p); err == nil {
+					t.Errorf("written outside the layer: %s", p)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,107 @@
+package session
+
+// A session on an engine that is not local (engine.Locality: another
+// user's rootless Podman, another host's): nothing of this host is mounted
+// there, so the sandbox's policy and the gate's files are copied into the
+// created containers, the gate's ports and the engine host's addresses are
+// read there by a probe, the audit comes back through the API (gate's
+// remote.go), and the project is copied into a volume on the engine's host
+// (sandbox's remote.go), removed when the session ends. What needs this
+// host's files or sockets there is refused before anything is created
+// (checkRemote); the sweep of dead sessions does not run (it judges by this
+// host's processes), nor does the hand-over of the gate to the watchdog
+// (aisb finishes the audit itself; after a SIGKILL the watchdog removes
+// the containers and the volume by name, Abandoned).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/containers/podman/v5/pkg/domain/entities/types"
+
+	"github.com/aisb-dev/aisb/internal/engine"
+	"github.com/aisb-dev/aisb/internal/review"
+	"github.com/aisb-dev/aisb/internal/sandbox"
+)
+
+// ErrRemoteUnsupported wraps what a session cannot do on an engine that is
+// not local.
+var ErrRemoteUnsupported = errors.New("not possible on a podman that is not local")
+
+// checkRemote refuses what a session on an engine that is not local
+// cannot do: each needs this host's files or sockets seen from there.
+func checkRemote(o Options, r *run) error {
+	cfg := o.Config.Config
+	refuse := func(what, fix string) error {
+		return fmt.Errorf("%s: %w (the engine cannot see this host's files or sockets); %s", what, ErrRemoteUnsupported, fix)
+	}
+	switch {
+	case o.GateName != "":
+		return refuse("--gate "+o.GateName, "leave out --gate: the session starts its own gate on the engine's host")
+	case cfg.Network.Ask:
+		return refuse("ask mode (--ask, network.ask)", "list the hosts with --allow instead")
+	case r.ssh.agentSock != "":
+		return refuse("--ssh-agent", "leave out --ssh-agent")
+	case len(r.gitDirs) > 0:
+		return refuse("a project whose .git is a file (a worktree or a submodule)", "run from the main work tree")
+	}
+	return nil
+}
+
+// ProjectVolume is the volume holding the project's copy of session id on
+// an engine that is not local.
+func ProjectVolume(id string) string { return "aisb-project-" + id }
+
+// openProject makes the project's volume on a remote engine (the sandbox
+// fills it as it is created) and says on stderr what that means.
+func (r *run) openProject() error {
+	if !r.remote {
+		return nil
+	}
+	name := ProjectVolume(r.id)
+	if _, err := r.c.VolumeCreate(context.TODO(), types.VolumeCreateOptions{Name: name,
+		Label: map[string]string{engine.LabelKind: "project", engine.LabelSession: r.id, engine.LabelOwner: r.owner}}); err != nil {
+		return fmt.Errorf("project volume: %w", err)
+	}
+	r.projectVol = name
+	r.o.Logf("podman is not local: this is a review session; the project is copied to volume %s on the engine's host (what git ignores is left out), the agent works on that copy, and its changes come back to %s only through `aisb review %s` (then --apply); the volume is removed when the session ends",
+		name, r.o.ProjectDir, r.id)
+	r.trace("project volume created")
+	return nil
+}
+
+// removeProject removes the project's volume, once the sandbox is gone.
+func (r *run) removeProject() {
+	if err := r.c.VolumeRemove(context.TODO(), r.projectVol); err != nil && !engine.IsNotFound(err) {
+		r.o.Logf("remove the project's volume %s: %v", r.projectVol, err)
+	}
+	r.trace("project volume removed")
+}
+
+// importChanges brings the agent's changes back from the exited sandbox's
+// copy of the project into the review's layer (review.Import), before the
+// sandbox and the volume go.
+func (r *run) importChanges() {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(sandbox.CopyOutProject(r.c, r.id, pw)) }()
+	st, err := review.Import(r.rv.Upper(), r.rv.Meta.Project, pr, r.sent)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		r.o.Logf("review: the agent's changes could not be brought back from the engine: %v", err)
+		return
+	}
+	r.trace(fmt.Sprintf("review: the copy's changes brought back (%d changed or new, %d deleted)", st.Changed, st.Deleted))
+}
+
+// gateLost ends the sandbox when its gate on a remote engine dies: aisb
+// cannot take the gate's port on that host's loopback as it does on its
+// own (gate.WatchAlive), so another process there could listen where the
+// sandbox's table sends it. Fail closed: the sandbox is killed.
+func (r *run) gateLost(err error) {
+	r.o.Logf("WARNING: %v: aisb cannot hold its port on the engine's host, so it stops the sandbox; this session will end in error", err)
+	if kerr := r.c.ContainerKill(context.TODO(), sandbox.ContainerName(r.id), "KILL"); kerr != nil && !engine.IsNotFound(kerr) {
+		r.o.Logf("stop the sandbox: %v", kerr)
+	}
+}
