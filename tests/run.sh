@@ -36,10 +36,6 @@ phase() {
 pattern() { awk -v want="$1" 'NF && $1 !~ /^#/ && (want == "" || $2 == want) {printf "%s%s", sep, $1; sep="|"}' tests/alone; }
 alone="^($(pattern ""))\$"
 last="^($(pattern last))\$"
-# The agent loops of the harnesses whose image no other test builds (each
-# image from nothing costs 1.5-3 minutes of a slot): `make test-harness`
-# runs them; pi's loop (TestCredentialsPiHarness) stays in the alone lane.
-harness='^TestHarnessLoop(Claude|Codex|Opencode)$'
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU. Beside the host's build, the
@@ -104,7 +100,7 @@ lane units "${go_test[@]}" -p 1 $units &
 units_pid=$!
 # The shared lane's three slots are tests/slots_test.go's (AISB_TEST_SLOTS):
 # it starts the slowest tests first, so go test's own limit admits them all.
-AISB_TEST_SLOTS=3 lane shared "${go_test[@]}" -parallel 100 -skip "$alone|$harness" ./tests &
+AISB_TEST_SLOTS=3 lane shared "${go_test[@]}" -parallel 100 -skip "$alone" ./tests &
 shared_pid=$!
 AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${go_test[@]}" -run "$alone" -skip "$last" ./tests &
 alone_pid=$!
