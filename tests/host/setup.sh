@@ -43,7 +43,8 @@ install_packages() {
 	command -v pasta >/dev/null 2>&1 || need+=(pasta)
 	# podman kube play's pause container needs catatonit (the Kubernetes pod test).
 	[ -x /usr/bin/catatonit ] || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
-	for c in sshd ssh ssh-agent ssh-keygen git; do
+	# A JDK for the JVM client of the transparent path (tests/jvm_test.go).
+	for c in sshd ssh ssh-agent ssh-keygen git javac keytool; do
 		command -v "$c" >/dev/null 2>&1 || need+=("$c")
 	done
 	if [ ${#need[@]} -gt 0 ]; then
@@ -65,7 +66,8 @@ PIN
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get -o DPkg::Lock::Timeout=600 update -qq
 		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux >/dev/null
+			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux \
+			openjdk-17-jdk-headless >/dev/null
 		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends -t trixie \
 			podman passt crun conmon golang-github-containers-common netavark buildah catatonit >/dev/null
 		# sshd is for the test SSH server in its own namespace only: where
