@@ -57,15 +57,16 @@ var loopCases = map[string]loopCase{
 // each preset's image is built as aisb builds it for a user (`aisb image
 // build`), the harness runs one real agent loop through the gate, its key
 // set by the gate (the sandbox holds the placeholder), and the file its
-// tool call wrote is in the project. They are in make test, in the shared
-// lane. Each image from nothing costs 50-155 s (npm's install of the
-// package, the commit of its layer, the copy Podman makes for the
-// sandbox's user ids; npm's download is a few seconds of it): the build
-// runs before the test takes a slot, so the three builds overlap the
-// lane's other tests instead of holding three of its slots, and the loop
-// itself then takes 20-40 s of one. `make test-harness` runs just these
-// three. pi's loop is TestCredentialsPiHarness (alone: its image is shared
-// with the terminal tests of the second user).
+// tool call wrote is in the project. Each image from nothing costs 1-2.5
+// minutes (npm's install of the package, the commit of its layer, the copy
+// Podman makes for the sandbox's user ids; npm's download is seconds of
+// it), the loop itself 16-31 s. make test runs the three in a lane of
+// their own beside the shared one (tests/run.sh), where they would hold
+// three slots on the lane gate/ waits for; the build comes before a slot
+// is taken (parallel's acquire) all the same, for a run with slots.
+// `make test-harness` runs just these three. pi's loop is
+// TestCredentialsPiHarness (alone: its image is shared with the terminal
+// tests of the second user).
 func TestHarnessLoopClaude(t *testing.T)   { harnessLoop(t, loopCases["claude"]) }
 func TestHarnessLoopCodex(t *testing.T)    { harnessLoop(t, loopCases["codex"]) }
 func TestHarnessLoopOpencode(t *testing.T) { harnessLoop(t, loopCases["opencode"]) }

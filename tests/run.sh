@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # run.sh is `make test`: it prepares this machine (tests/host/setup.sh, as
 # root, idempotently) while it compiles and vets everything, then runs every
-# test in three lanes at once and prints the counts CI reads last:
+# test in four lanes at once and prints the counts CI reads last:
 #   units   every package but tests/, one package at a time, as the test user
-#           (gate/ once the shared lane has ended)
+#           (gate/ once the shared and harness lanes have ended)
 #   shared  the tests of tests/ that may run in parallel, three at once, the
 #           slowest first, as the test user (tests/helpers_test.go says which
 #           may, tests/slots_test.go which start first)
+#   harness the agent loops of claude, codex and opencode, the three at once,
+#           as the test user: each builds its harness image first
 #   alone   the tests of tests/ that must be alone on one uid (tests/alone),
 #           one at a time, as the second test user (those marked "last"
 #           after the others and after gate/)
@@ -36,6 +38,14 @@ phase() {
 pattern() { awk -v want="$1" 'NF && $1 !~ /^#/ && (want == "" || $2 == want) {printf "%s%s", sep, $1; sep="|"}' tests/alone; }
 alone="^($(pattern ""))\$"
 last="^($(pattern last))\$"
+# The agent loops whose harness image no other test builds. Each builds its
+# image first, 1-2.5 minutes from nothing (npm's install of the package, the
+# commit of its layer, the copy Podman makes for the sandbox's user ids;
+# npm's download is seconds of it), then runs its loop in 16-31 s. In the
+# shared lane they would hold three of its slots, and gate/ waits for that
+# lane; in a lane of their own beside it they end minutes before it does.
+# pi's loop (TestCredentialsPiHarness) is in the alone lane.
+harness='^TestHarnessLoop(Claude|Codex|Opencode)$'
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU. Beside the host's build, the
@@ -74,7 +84,7 @@ if [ "$setup_ok" = 0 ]; then
 	exit 1
 fi
 
-# 2. The three lanes at once.
+# 2. The four lanes at once.
 . tests/host/env.sh
 # gate/ runs its gates as the test user too, and twice its tests beside the
 # escape battery's saw the battery's last session's containers outlive its
@@ -100,13 +110,16 @@ lane units "${go_test[@]}" -p 1 $units &
 units_pid=$!
 # The shared lane's three slots are tests/slots_test.go's (AISB_TEST_SLOTS):
 # it starts the slowest tests first, so go test's own limit admits them all.
-AISB_TEST_SLOTS=3 lane shared "${go_test[@]}" -parallel 100 -skip "$alone" ./tests &
+AISB_TEST_SLOTS=3 lane shared "${go_test[@]}" -parallel 100 -skip "$alone|$harness" ./tests &
 shared_pid=$!
+lane harness "${go_test[@]}" -parallel 3 -run "$harness" ./tests &
+harness_pid=$!
 AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${go_test[@]}" -run "$alone" -skip "$last" ./tests &
 alone_pid=$!
 rc=0
 wait "$units_pid" || rc=1
 wait "$shared_pid" || rc=1
+wait "$harness_pid" || rc=1
 # shellcheck disable=SC2086 # $gate is a list of packages
 lane gate "${go_test[@]}" -p 1 $gate || rc=1
 wait "$alone_pid" || rc=1

@@ -30,12 +30,6 @@ var slowFirst = []string{
 	"TestBuildProgressTerminal",
 	"TestCredentials",
 	"TestBuildFailureShowsLog",
-	// 20-40 s each, but they ask for a slot only once their image is
-	// built, outside a slot (2-3 minutes in): ranked, they then go before
-	// the short tests still waiting, and do not end the lane alone.
-	"TestHarnessLoopOpencode",
-	"TestHarnessLoopClaude",
-	"TestHarnessLoopCodex",
 }
 
 // slots is the shared lane's own limit on tests running at once: tests/run.sh
