@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,9 +89,16 @@ prefix = "` + c.prefix + `"
 `
 	a := newAisb(t, testhost.BaseImage, cfg)
 	// The image first, outside the shared lane's slots (parallel's
-	// acquire): a failed build fails the test.
+	// acquire): a failed build fails the test. The build lock keeps the
+	// build tests of another process from removing images meanwhile.
 	start := time.Now()
-	if r := a.run(t, "image", "build", "--harness", c.harness); r.Code != 0 {
+	release, _, err := buildFile.hold(syscall.LOCK_SH)
+	if err != nil {
+		t.Fatalf("build lock %s: %v", buildFile, err)
+	}
+	r := a.run(t, "image", "build", "--harness", c.harness)
+	release()
+	if r.Code != 0 {
 		t.Fatalf("aisb image build --harness %s: %s", c.harness, r)
 	}
 	t.Logf("the %s image in %v (outside a slot)", c.harness, time.Since(start).Round(time.Second))
@@ -118,7 +126,7 @@ loop proxy
 `
 	writeUserFile(t, filepath.Join(a.project, "loop.sh"), script)
 	mark := headersMark(t)
-	r := a.runEnv(t, []string{c.env + "=" + key}, "run", "--harness", c.harness, "--fresh", "--", "sh", "/project/loop.sh")
+	r = a.runEnv(t, []string{c.env + "=" + key}, "run", "--harness", c.harness, "--fresh", "--", "sh", "/project/loop.sh")
 	if r.Code != 0 || !strings.Contains(r.Stdout, "loop-proxy=0") || !strings.Contains(r.Stdout, "loop-direct=0") {
 		t.Fatalf("%s's agent loops in the sandbox: %s", c.harness, r)
 	}
