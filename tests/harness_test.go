@@ -46,9 +46,9 @@ var loopCases = map[string]loopCase{
 	"opencode": {
 		harness: "opencode", env: "ANTHROPIC_API_KEY", header: "x-api-key",
 		// opencode fetches its model list from models.opencode.ai first;
-		// the test upstream has no such name and the gate's refusal takes
-		// 6-7 s (squid's DNS retry), twice a test: the list built into
-		// opencode is enough for the scripted model.
+		// the test upstream has no such name, and each run waited 6-7 s
+		// around the failed fetch (its own log, 2026-12-04): the list
+		// built into opencode is enough for the scripted model.
 		setup: `export OPENCODE_DISABLE_MODELS_FETCH=1; mkdir -p ~/.config/opencode && printf '%s' '{"provider": {"anthropic": {"options": {"baseURL": "https://api.allowed.test/opencode/v1"}}}, "permission": {"edit": "allow", "bash": "allow"}}' >~/.config/opencode/opencode.json`,
 		run:   `opencode run --model anthropic/claude-sonnet-4-5 "$PROMPT"`,
 	},
