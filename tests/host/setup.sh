@@ -97,9 +97,10 @@ host_fixes() {
 }
 
 # 3. The unprivileged test users, each with subordinate ids of its own (the
-#    two ranges disjoint), a runtime dir and overlay storage (without
+#    ranges disjoint), a runtime dir and overlay storage (without
 #    storage.conf rootless Podman silently uses vfs). The second runs the
-#    tests that must be alone on one uid, beside the others.
+#    tests that must be alone on one uid, beside the others; the third the
+#    harnesses' agent loops, whose image builds need a storage of their own.
 test_user() {
 	local name=$1 range=$2 uid home
 	id -u "$name" >/dev/null 2>&1 || useradd -m -s /bin/bash "$name"
@@ -218,10 +219,12 @@ install_packages
 host_fixes
 test_user "$AISB_TEST_USER" 200000-265535
 test_user "$AISB_TEST_USER2" 300000-365535
+test_user "$AISB_TEST_USER3" 400000-465535
 engine_user
 disjoint_ranges
 git_user
 base_image "$AISB_TEST_USER"
 base_image "$AISB_TEST_USER2"
+base_image "$AISB_TEST_USER3"
 "$here/upstream.sh" up
-log "ready: users $AISB_TEST_USER and $AISB_TEST_USER2, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
+log "ready: users $AISB_TEST_USER, $AISB_TEST_USER2 and $AISB_TEST_USER3, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
