@@ -123,6 +123,8 @@ alone_pid=$!
 rc=0
 wait "$units_pid" || rc=1
 wait "$shared_pid" || rc=1
+# The harness lane's sessions are another user's, but gate/'s LAN test
+# changes the host's addresses, which every running gate follows.
 wait "$harness_pid" || rc=1
 # shellcheck disable=SC2086 # $gate is a list of packages
 lane gate "${go_test[@]}" -p 1 $gate || rc=1
