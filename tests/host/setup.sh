@@ -215,6 +215,15 @@ CF
 	rm -rf "$ctx"
 }
 
+# `setup.sh base-image USER` imports the base image for one prepared test
+# user only: run.sh does it for the third user at the start of its lane,
+# off the build's way (AISB_SETUP_USER3_IMAGE=later skips it here).
+if [ "${1:-}" = base-image ]; then
+	[ -n "${2:-}" ] || die "usage: setup.sh base-image USER"
+	base_image "$2"
+	exit 0
+fi
+
 install_packages
 host_fixes
 test_user "$AISB_TEST_USER" 200000-265535
@@ -225,6 +234,6 @@ disjoint_ranges
 git_user
 base_image "$AISB_TEST_USER"
 base_image "$AISB_TEST_USER2"
-base_image "$AISB_TEST_USER3"
+[ "${AISB_SETUP_USER3_IMAGE:-}" = later ] || base_image "$AISB_TEST_USER3"
 "$here/upstream.sh" up
 log "ready: users $AISB_TEST_USER, $AISB_TEST_USER2 and $AISB_TEST_USER3, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
