@@ -40,10 +40,10 @@ test-unit:
 test:
 	TAGS="$(TAGS)" GO="$(GO)" bash tests/run.sh
 
-# The agent loops of claude, codex and opencode (tests/harness_test.go):
-# each harness image built from nothing, then a real loop through the gate
-# with and without the proxy variables. Not in make test: the three image
-# builds would take it past its ten-minute budget (tests/run.sh).
+# Just the agent loops of claude, codex and opencode (tests/harness_test.go),
+# which make test runs too: each harness image built (from nothing on a new
+# test user: 1-3 minutes), then a real loop through the gate with and
+# without the proxy variables.
 test-harness: host
 	AISB_INTEGRATION=1 $(GO) test -tags "$(TAGS)" -count=1 -parallel 3 -run '^TestHarnessLoop(Claude|Codex|Opencode)$$' -timeout 20m -v ./tests
 

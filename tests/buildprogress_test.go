@@ -1,11 +1,14 @@
 package tests
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +22,73 @@ import (
 // from its base's build to its end (its aisb builds then too); removing its
 // images takes it for writing.
 var builds sync.RWMutex
+
+// buildFile is builds across the test processes of one test user: make
+// test's harness lane builds the harness images (minutes) in a process of
+// its own beside the shared lane's. Those builds hold it shared; a build
+// test removes its images only when it gets it exclusive at once, and
+// leaves them otherwise for its process's end (removeDeferred), rather
+// than hold its slot of the shared lane while they build.
+var buildFile = buildLockFile(filepath.Join(os.TempDir(), "aisb-test-image-builds-"+testhost.User+".lock"))
+
+type buildLockFile string
+
+// hold takes the lock (syscall.LOCK_SH or LOCK_EX, with LOCK_NB or not);
+// ok is false when LOCK_NB found it taken.
+func (l buildLockFile) hold(how int) (release func(), ok bool, err error) {
+	f, err := os.OpenFile(string(l), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return func() { f.Close() }, true, nil
+}
+
+var deferred struct {
+	sync.Mutex
+	tags []string
+}
+
+// removeDerived removes the base image tag and the sandbox images aisb
+// built on it (buildah records the base).
+func removeDerived(tag string) {
+	podman := func(args ...string) string {
+		out, _ := testhost.UserCommand(context.Background(), append([]string{"podman"}, args...)...).Output()
+		return string(out)
+	}
+	for _, img := range strings.Fields(podman("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=io.aisb.inputs")) {
+		if strings.TrimSpace(podman("image", "inspect", "--format", `{{index .Annotations "org.opencontainers.image.base.name"}}`, img)) == tag {
+			podman("rmi", img)
+		}
+	}
+	podman("rmi", tag)
+}
+
+// removeDeferred removes the images build tests left (TestMain, after the
+// tests), once the other processes' builds are over.
+func removeDeferred() error {
+	deferred.Lock()
+	defer deferred.Unlock()
+	if len(deferred.tags) == 0 {
+		return nil
+	}
+	release, _, err := buildFile.hold(syscall.LOCK_EX)
+	if err != nil {
+		return fmt.Errorf("build lock %s: %w", buildFile, err)
+	}
+	defer release()
+	for _, tag := range deferred.tags {
+		removeDerived(tag)
+	}
+	deferred.tags = nil
+	return nil
+}
 
 // derivedBase builds, as the test user, a base image from the offline one
 // with the Containerfile lines given, under a tag of its own removed when
@@ -46,15 +116,20 @@ func derivedBase(t *testing.T, name, lines string) string {
 	t.Cleanup(func() {
 		builds.Lock()
 		defer builds.Unlock()
-		// The sandbox images aisb built on it: buildah records the base.
-		r := testhost.Podman(t, "images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", "label=io.aisb.inputs")
-		for _, img := range strings.Fields(r.Stdout) {
-			on := testhost.Podman(t, "image", "inspect", "--format", `{{index .Annotations "org.opencontainers.image.base.name"}}`, img)
-			if strings.TrimSpace(on.Stdout) == tag {
-				testhost.Podman(t, "rmi", img)
-			}
+		release, ok, err := buildFile.hold(syscall.LOCK_EX | syscall.LOCK_NB)
+		if err != nil {
+			t.Errorf("build lock %s: %v", buildFile, err)
+			return
 		}
-		testhost.Podman(t, "rmi", tag)
+		if !ok {
+			t.Logf("another process builds images: %s is removed when the tests end", tag)
+			deferred.Lock()
+			deferred.tags = append(deferred.tags, tag)
+			deferred.Unlock()
+			return
+		}
+		defer release()
+		removeDerived(tag)
 	})
 	id := strings.TrimSpace(testhost.Podman(t, "image", "inspect", "--format", "{{.Id}}", tag).Stdout)
 	t.Cleanup(func() {

@@ -18,6 +18,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	if err := removeDeferred(); err != nil {
+		fmt.Fprintf(os.Stderr, "remove the build tests' images: %v\n", err)
+		code = 1
+	}
 	remove()
 	os.Exit(code)
 }

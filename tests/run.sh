@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # run.sh is `make test`: it prepares this machine (tests/host/setup.sh, as
 # root, idempotently) while it compiles and vets everything, then runs every
-# test in three lanes at once and prints the counts CI reads last:
+# test in four lanes at once and prints the counts CI reads last:
 #   units   every package but tests/, one package at a time, as the test user
-#           (gate/ once the shared lane has ended)
+#           (gate/ once the shared and harness lanes have ended)
 #   shared  the tests of tests/ that may run in parallel, three at once, the
 #           slowest first, as the test user (tests/helpers_test.go says which
 #           may, tests/slots_test.go which start first)
+#   harness the agent loops of claude, codex and opencode, the three at once,
+#           as the third test user: each builds its harness image first
 #   alone   the tests of tests/ that must be alone on one uid (tests/alone),
 #           one at a time, as the second test user (those marked "last"
 #           after the others and after gate/)
@@ -36,16 +38,24 @@ phase() {
 pattern() { awk -v want="$1" 'NF && $1 !~ /^#/ && (want == "" || $2 == want) {printf "%s%s", sep, $1; sep="|"}' tests/alone; }
 alone="^($(pattern ""))\$"
 last="^($(pattern last))\$"
-# The agent loops of the harnesses whose image no other test builds (each
-# image from nothing costs 1.5-3 minutes of a slot): `make test-harness`
-# runs them; pi's loop (TestCredentialsPiHarness) stays in the alone lane.
+# The agent loops whose harness image no other test builds. Each builds its
+# image first, 1-2.5 minutes from nothing (npm's install of the package, the
+# commit of its layer, the copy Podman makes for the sandbox's user ids;
+# npm's download is seconds of it), then runs its loop in 16-31 s. In the
+# shared lane they would hold three of its slots, and gate/ waits for that
+# lane; in a lane of their own beside it they end minutes before it does.
+# They run as a third test user: the builds' commits and copies hold the
+# locks of the user's Podman storage, and beside them in one storage the
+# escape battery took 93 s instead of 42 (and once left its containers
+# over 5 s); with a storage of their own, 49 s.
+# pi's loop (TestCredentialsPiHarness) is in the alone lane.
 harness='^TestHarnessLoop(Claude|Codex|Opencode)$'
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU. Beside the host's build, the
 #    builds for the machines users have are vetted, and those the issue
 #    names linked (tests/cross.sh check: darwin and linux/arm64).
-bash tests/host/setup.sh >"$out/setup.log" 2>&1 &
+AISB_SETUP_USER3_IMAGE=later bash tests/host/setup.sh >"$out/setup.log" 2>&1 &
 setup=$!
 build_ok=1
 TAGS="$TAGS" GO="$GO" bash tests/cross.sh check >"$out/cross.log" 2>&1 &
@@ -78,7 +88,7 @@ if [ "$setup_ok" = 0 ]; then
 	exit 1
 fi
 
-# 2. The three lanes at once.
+# 2. The four lanes at once.
 . tests/host/env.sh
 # gate/ runs its gates as the test user too, and twice its tests beside the
 # escape battery's saw the battery's last session's containers outlive its
@@ -106,11 +116,26 @@ units_pid=$!
 # it starts the slowest tests first, so go test's own limit admits them all.
 AISB_TEST_SLOTS=3 lane shared "${go_test[@]}" -parallel 100 -skip "$alone|$harness" ./tests &
 shared_pid=$!
+# Its user's base image is imported here, not in step 1, where it would
+# lengthen the set-up beside the build (its lane has minutes to spare).
+harness_lane() {
+	if ! bash tests/host/setup.sh base-image "$AISB_TEST_USER3" >"$out/setup-harness.log" 2>&1; then
+		cat "$out/setup-harness.log" >&2
+		echo "test: the base image for $AISB_TEST_USER3 (the harness lane) failed" >&2
+		return 1
+	fi
+	AISB_TEST_USER=$AISB_TEST_USER3 lane harness "${go_test[@]}" -parallel 3 -run "$harness" ./tests
+}
+harness_lane &
+harness_pid=$!
 AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${go_test[@]}" -run "$alone" -skip "$last" ./tests &
 alone_pid=$!
 rc=0
 wait "$units_pid" || rc=1
 wait "$shared_pid" || rc=1
+# The harness lane's sessions are another user's, but gate/'s LAN test
+# changes the host's addresses, which every running gate follows.
+wait "$harness_pid" || rc=1
 # shellcheck disable=SC2086 # $gate is a list of packages
 lane gate "${go_test[@]}" -p 1 $gate || rc=1
 wait "$alone_pid" || rc=1

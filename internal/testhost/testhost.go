@@ -28,9 +28,10 @@ import (
 )
 
 // User is the unprivileged test user this test process drives Podman as:
-// AISB_TEST_USER, or aisbtest. tests/host/setup.sh prepares two (env.sh
+// AISB_TEST_USER, or aisbtest. tests/host/setup.sh prepares three (env.sh
 // names them); `make test` runs the tests that must be alone on one uid as
-// the second, beside the others (tests/run.sh).
+// the second, and the harnesses' agent loops as the third, beside the
+// others (tests/run.sh).
 var User = cmp.Or(os.Getenv("AISB_TEST_USER"), "aisbtest")
 
 // Names shared with tests/host/env.sh.

@@ -4,6 +4,10 @@ AISB_TEST_USER=${AISB_TEST_USER:-aisbtest}
 # The second test user: the tests that must be alone on one uid (they count
 # or stop everything of their user) run as this one, beside the others.
 AISB_TEST_USER2=${AISB_TEST_USER2:-aisbtest2}
+# The third test user: the agent loops of the harnesses run as this one, in
+# a Podman storage of their own (their image builds hold its locks for
+# seconds at a time, which slowed the other tests' sessions in a shared one).
+AISB_TEST_USER3=${AISB_TEST_USER3:-aisbtest3}
 # The engine user: a rootless Podman service of another user, which the
 # test users reach only through a socket a test starts in AISB_ENGINE_SOCKETS
 # (issue #29: aisb refuses an engine that is not its own, local one).

@@ -45,7 +45,8 @@ install_packages() {
 	command -v pasta >/dev/null 2>&1 || need+=(pasta)
 	# podman kube play's pause container needs catatonit (the Kubernetes pod test).
 	[ -x /usr/bin/catatonit ] || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
-	for c in sshd ssh ssh-agent ssh-keygen git; do
+	# A JDK for the JVM client of the transparent path (tests/jvm_test.go).
+	for c in sshd ssh ssh-agent ssh-keygen git javac keytool; do
 		command -v "$c" >/dev/null 2>&1 || need+=("$c")
 	done
 	if [ ${#need[@]} -gt 0 ]; then
@@ -67,7 +68,8 @@ PIN
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get -o DPkg::Lock::Timeout=600 update -qq
 		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux >/dev/null
+			slirp4netns uidmap debootstrap dnsmasq-base nftables iproute2 curl ca-certificates tmux \
+			openjdk-17-jdk-headless >/dev/null
 		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends -t trixie \
 			podman passt crun conmon golang-github-containers-common netavark buildah catatonit >/dev/null
 		# sshd is for the test SSH server in its own namespace only: where
@@ -97,9 +99,10 @@ host_fixes() {
 }
 
 # 3. The unprivileged test users, each with subordinate ids of its own (the
-#    two ranges disjoint), a runtime dir and overlay storage (without
+#    ranges disjoint), a runtime dir and overlay storage (without
 #    storage.conf rootless Podman silently uses vfs). The second runs the
-#    tests that must be alone on one uid, beside the others.
+#    tests that must be alone on one uid, beside the others; the third the
+#    harnesses' agent loops, whose image builds need a storage of their own.
 test_user() {
 	local name=$1 range=$2 uid home
 	id -u "$name" >/dev/null 2>&1 || useradd -m -s /bin/bash "$name"
@@ -223,15 +226,26 @@ CF
 	rm -rf "$ctx"
 }
 
+# `setup.sh base-image USER` imports the base image for one prepared test
+# user only: run.sh does it for the third user at the start of its lane,
+# off the build's way (AISB_SETUP_USER3_IMAGE=later skips it here).
+if [ "${1:-}" = base-image ]; then
+	[ -n "${2:-}" ] || die "usage: setup.sh base-image USER"
+	base_image "$2"
+	exit 0
+fi
+
 install_packages
 host_fixes
 test_user "$AISB_TEST_USER" 200000-265535
 test_user "$AISB_TEST_USER2" 300000-365535
+test_user "$AISB_TEST_USER3" 400000-465535
 engine_user
 disjoint_ranges
 git_user
 base_image "$AISB_TEST_USER"
 base_image "$AISB_TEST_USER2"
+[ "${AISB_SETUP_USER3_IMAGE:-}" = later ] || base_image "$AISB_TEST_USER3"
 "$here/upstream.sh" up
 engine_ssh
-log "ready: users $AISB_TEST_USER and $AISB_TEST_USER2, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
+log "ready: users $AISB_TEST_USER, $AISB_TEST_USER2 and $AISB_TEST_USER3, image $AISB_TEST_BASE_IMAGE, upstream $AISB_UPSTREAM_ADDR"
