@@ -47,6 +47,7 @@ type Entrypoint struct {
 	relayExe   string
 	resolvConf string
 	portStart  string
+	tr         *tracer
 }
 
 // New returns the entrypoint with its production settings.
@@ -84,6 +85,7 @@ func fail(step string, code int, err error) *stepError {
 // an exit status; on success it does not return, because the command replaced
 // this process.
 func (e *Entrypoint) Main(args []string) int {
+	e.tr = newTracer(e.stderr)
 	fs := flag.NewFlagSet("aisb-entrypoint", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	unenforced := fs.Bool("allow-unenforced", false, "when the network table cannot be installed or verified, run the command without it (the privilege drop still happens)")
@@ -109,7 +111,9 @@ func (e *Entrypoint) Main(args []string) int {
 		fmt.Fprintf(e.stderr, "aisb-entrypoint: status file: %v\n", err)
 		return ExitEnforce
 	}
+	e.tr.mark("flags, status file")
 	err = e.run(fs.Args(), *unenforced, st)
+	e.tr.flush()
 	code, step := ExitEnforce, "enforce"
 	var se *stepError
 	if errors.As(err, &se) {
@@ -138,6 +142,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err != nil {
 		return fail("read policy", ExitPolicy, fmt.Errorf("%s: %w", e.policyPath, err))
 	}
+	e.tr.mark("read policy")
 
 	// 2. and 3. Install the table in one batch, then read it back and
 	//    compare it field by field. Reading back needs CAP_NET_ADMIN too,
@@ -155,6 +160,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		fmt.Fprintf(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: %v; running without a network table: this sandbox's network is NOT enforced\n", err)
 		outcome = contract.Status{Outcome: contract.OutcomeUnenforced, Step: se.step}
 	}
+	e.tr.mark("table read back")
 
 	// 3b. Trust the gate's session CA (credential hosts), while the bundle
 	//     is still writable: afterwards the agent cannot change it.
@@ -162,6 +168,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		if err := trustSessionCA([]byte(p.SessionCA), e.caBundle); err != nil {
 			return fail("trust the session CA", ExitEnforce, err)
 		}
+		e.tr.mark("session CA trusted")
 	}
 
 	// 3c. A transparent sandbox's relay: started now, as its own user
@@ -178,9 +185,11 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err := dropPrivileges(e.uid, e.gid); err != nil {
 		return fail("drop privileges", ExitEnforce, err)
 	}
+	e.tr.mark("privileges dropped")
 	if err := verifyPrivileges(e.uid, e.gid); err != nil {
 		return fail("verify privileges", ExitEnforce, err)
 	}
+	e.tr.mark("privileges verified")
 
 	// 5. Restrict socket families to UNIX, INET, INET6 and NETLINK and
 	//    refuse io_uring, with a seccomp filter the command inherits and
@@ -189,6 +198,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err := restrictSockets(); err != nil {
 		return fail("restrict socket families", ExitEnforce, err)
 	}
+	e.tr.mark("seccomp filter")
 
 	// 6. Find the command, as the agent user.
 	path, err := exec.LookPath(argv[0])
@@ -199,6 +209,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		}
 		return fail("exec "+argv[0], code, err)
 	}
+	e.tr.mark("command found")
 
 	// 7. When the policy says so, wait for aisb's word that the gate is
 	//    ready (a file it creates beside the policy): the sandbox starts,
@@ -209,6 +220,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		if err := awaitFile(filepath.Join(filepath.Dir(e.policyPath), contract.GateReadyFile), e.gateWait); err != nil {
 			return fail(contract.StepAwaitGate, ExitEnforce, err)
 		}
+		e.tr.mark("gate's word")
 	}
 
 	// 8. Exec the command on this same thread.
@@ -216,6 +228,8 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err := st.report(outcome); err != nil {
 		return fail("write status", ExitEnforce, err)
 	}
+	e.tr.mark("status written")
+	e.tr.flush()
 	err = syscall.Exec(path, argv, os.Environ())
 	return fail("exec "+argv[0], ExitNoExec, err)
 }
@@ -231,11 +245,17 @@ func (e *Entrypoint) transparent() error {
 	if err := pointResolvConf(e.resolvConf); err != nil {
 		return fmt.Errorf("point resolv.conf at the relay: %w", err)
 	}
+	e.tr.mark("relay: ports checked, resolv.conf")
 	pid, err := e.startRelay()
 	if err != nil {
 		return err
 	}
-	return verifyRelay(pid)
+	e.tr.mark("relay: started, ready")
+	if err := verifyRelay(pid); err != nil {
+		return err
+	}
+	e.tr.mark("relay: verified")
+	return nil
 }
 
 func (e *Entrypoint) enforce(p contract.Policy) error {
@@ -243,13 +263,14 @@ func (e *Entrypoint) enforce(p contract.Policy) error {
 	if err != nil {
 		return fail("build table", ExitPolicy, err)
 	}
-	return installTable(e.nft, rs, "the sandbox needs CAP_NET_ADMIN for its first moments")
+	e.tr.mark("table built")
+	return installTable(e.nft, rs, "the sandbox needs CAP_NET_ADMIN for its first moments", e.tr)
 }
 
 // installTable installs rs over a connection from nft and reads it back:
 // the sandbox's and a pod's init container's one way to the table. needs
 // says what a refusal (EPERM) means for the caller's container.
-func installTable(nft func() (*nftables.Conn, error), rs *ruleset.Ruleset, needs string) error {
+func installTable(nft func() (*nftables.Conn, error), rs *ruleset.Ruleset, needs string, tr *tracer) error {
 	conn, err := nft()
 	if err != nil {
 		return fail("install table", ExitEnforce, err)
@@ -260,6 +281,7 @@ func installTable(nft func() (*nftables.Conn, error), rs *ruleset.Ruleset, needs
 		}
 		return fail("install table", ExitEnforce, err)
 	}
+	tr.mark("table installed")
 	if err := rs.Verify(conn); err != nil {
 		return fail("verify table", ExitEnforce, err)
 	}
