@@ -144,6 +144,25 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	}
 	e.tr.mark("read policy")
 
+	// 1b. A transparent sandbox's relay (3c) is started now, as its own
+	//     user (neither root nor the agent), from this thread, so that its
+	//     start runs beside the table's install; it is checked at 3c. No
+	//     relay, no command (--allow-unenforced does not change that).
+	var relay *startedRelay
+	if p.Transparent {
+		var err error
+		if relay, err = e.transparent(); err != nil {
+			return fail(StepRelay, ExitEnforce, err)
+		}
+		// Killed on every way out but the exec: it would outlive an
+		// entrypoint that never runs its command.
+		defer func() {
+			if relay != nil {
+				relay.kill()
+			}
+		}()
+	}
+
 	// 2. and 3. Install the table in one batch, then read it back and
 	//    compare it field by field. Reading back needs CAP_NET_ADMIN too,
 	//    so both happen before the privilege drop.
@@ -171,14 +190,19 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		e.tr.mark("session CA trusted")
 	}
 
-	// 3c. A transparent sandbox's relay: started now, as its own user
-	//     (neither root nor the agent), from this thread, and checked from
-	//     outside before anything of the agent's runs. No relay, no command
-	//     (--allow-unenforced does not change that).
-	if p.Transparent {
-		if err := e.transparent(); err != nil {
+	// 3c. The relay, started at 1b, is checked from outside before
+	//     anything of the agent's runs: it said it is ready, and its ids,
+	//     capabilities, seccomp and resolver are what they must be.
+	if relay != nil {
+		pid, err := relay.wait()
+		if err == nil {
+			e.tr.mark("relay: ready")
+			err = verifyRelay(pid)
+		}
+		if err != nil {
 			return fail(StepRelay, ExitEnforce, err)
 		}
+		e.tr.mark("relay: verified")
 	}
 
 	// 4. Drop every privilege and check that nothing is left.
@@ -231,6 +255,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	e.tr.mark("status written")
 	e.tr.flush()
 	err = syscall.Exec(path, argv, os.Environ())
+	// The exec failed: the deferred kill stops the relay.
 	return fail("exec "+argv[0], ExitNoExec, err)
 }
 
@@ -238,24 +263,22 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 // in place.
 const StepRelay = "start the relay"
 
-func (e *Entrypoint) transparent() error {
+// transparent checks that the agent cannot take the relay's ports, points
+// resolv.conf at the relay and starts it.
+func (e *Entrypoint) transparent() (*startedRelay, error) {
 	if err := checkLowPorts(e.portStart); err != nil {
-		return err
+		return nil, err
 	}
 	if err := pointResolvConf(e.resolvConf); err != nil {
-		return fmt.Errorf("point resolv.conf at the relay: %w", err)
+		return nil, fmt.Errorf("point resolv.conf at the relay: %w", err)
 	}
 	e.tr.mark("relay: ports checked, resolv.conf")
-	pid, err := e.startRelay()
+	relay, err := e.startRelay()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	e.tr.mark("relay: started, ready")
-	if err := verifyRelay(pid); err != nil {
-		return err
-	}
-	e.tr.mark("relay: verified")
-	return nil
+	e.tr.mark("relay: started")
+	return relay, nil
 }
 
 func (e *Entrypoint) enforce(p contract.Policy) error {
