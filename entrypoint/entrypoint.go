@@ -58,7 +58,7 @@ func New() *Entrypoint {
 		uid:        contract.AgentUID,
 		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
-		nft:        func() (*nftables.Conn, error) { return nftables.New() },
+		nft:        lastingNft,
 		caBundle:   contract.CABundle,
 		gateWait:   contract.GateWait,
 		resolvConf: contract.ResolvConf,
@@ -290,6 +290,10 @@ func (e *Entrypoint) enforce(p contract.Policy) error {
 	return installTable(e.nft, rs, "the sandbox needs CAP_NET_ADMIN for its first moments", e.tr)
 }
 
+// lastingNft is the production connection: one netlink socket for the
+// install and every read-back, rather than one per request (five).
+func lastingNft() (*nftables.Conn, error) { return nftables.New(nftables.AsLasting()) }
+
 // installTable installs rs over a connection from nft and reads it back:
 // the sandbox's and a pod's init container's one way to the table. needs
 // says what a refusal (EPERM) means for the caller's container.
@@ -298,6 +302,7 @@ func installTable(nft func() (*nftables.Conn, error), rs *ruleset.Ruleset, needs
 	if err != nil {
 		return fail("install table", ExitEnforce, err)
 	}
+	defer conn.CloseLasting()
 	if err := rs.Apply(conn); err != nil {
 		if errors.Is(err, syscall.EPERM) {
 			err = fmt.Errorf("%w (%s)", err, needs)

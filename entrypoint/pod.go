@@ -63,7 +63,7 @@ func NewPod() *Pod {
 		uid:        contract.AgentUID,
 		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
-		nft:        func() (*nftables.Conn, error) { return nftables.New() },
+		nft:        lastingNft,
 		netns:      func() (string, error) { return os.Readlink("/proc/thread-self/ns/net") },
 	}
 }
