@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,7 +43,7 @@ func relayErr(format string, args ...any) error {
 
 // startedRelay is a relay started and not yet known to be ready.
 type startedRelay struct {
-	cmd   *exec.Cmd
+	pid   int
 	ready *os.File // the read end of its ready pipe
 }
 
@@ -95,42 +94,51 @@ func (e *Entrypoint) startRelay() (*startedRelay, error) {
 	if e.relayExe != "" {
 		self = e.relayExe
 	}
-	cmd := exec.Command(self, "relay")
-	cmd.ExtraFiles = append(files, w)
-	cmd.Env = os.Environ()
-	cmd.Dir = "/"
-	cmd.Stderr = e.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setsid:     true,
-		Credential: &syscall.Credential{Uid: contract.RelayUID, Gid: contract.RelayGID, Groups: []uint32{}},
+	// syscall.ForkExec rather than os/exec: os/exec's first start in a
+	// process forks a child that exits at once, to learn whether pidfds
+	// work, on the path of every sandbox's start.
+	errFd := uintptr(2)
+	if f, ok := e.stderr.(*os.File); ok {
+		errFd = f.Fd()
 	}
-	err = cmd.Start()
+	fds := []uintptr{0, 1, errFd}
+	for _, f := range append(files, w) {
+		fds = append(fds, f.Fd())
+	}
+	pid, err := syscall.ForkExec(self, []string{self, "relay"}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   os.Environ(),
+		Files: fds,
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: contract.RelayUID, Gid: contract.RelayGID, Groups: []uint32{}},
+		},
+	})
 	w.Close()
 	if err != nil {
 		r.Close()
 		return nil, relayErr("start: %v", err)
 	}
 	// Never waited for: once the command is exec'd, it is its parent.
-	return &startedRelay{cmd: cmd, ready: r}, nil
+	return &startedRelay{pid: pid, ready: r}, nil
 }
 
 // wait returns the relay's pid once it said it is ready, within RelayWait
 // of its start; otherwise it kills it.
 func (s *startedRelay) wait() (int, error) {
 	defer s.ready.Close()
-	pid := s.cmd.Process.Pid
 	s.ready.SetReadDeadline(time.Now().Add(RelayWait))
 	buf := make([]byte, len(relayReady))
 	if _, err := io.ReadFull(s.ready, buf); err != nil || string(buf) != relayReady {
-		s.cmd.Process.Kill()
-		return 0, relayErr("it did not report ready (pid %d): %v", pid, err)
+		syscall.Kill(s.pid, syscall.SIGKILL)
+		return 0, relayErr("it did not report ready (pid %d): %v", s.pid, err)
 	}
-	return pid, nil
+	return s.pid, nil
 }
 
 // kill stops a relay whose sandbox will not run its command.
 func (s *startedRelay) kill() {
-	s.cmd.Process.Kill()
+	syscall.Kill(s.pid, syscall.SIGKILL)
 	s.ready.Close()
 }
 
