@@ -47,6 +47,7 @@ func BenchmarkTransparentPath(b *testing.B) {
 		{"proxy_connect", "CONNECT answered by the gate (the client's own)"},
 		{"tls", "TLS handshake (the relay's CONNECT included)"},
 		{"request", "request to the response's end"},
+		{"other", "outside the phases (the client's own work around them)"},
 	} {
 		note("| %s | %.2f | %.2f |\n", ph.what, ms(percentile(phases["proxy"][ph.key], 0.5)), ms(percentile(phases["direct"][ph.key], 0.5)))
 	}

@@ -116,7 +116,8 @@ func get(c *http.Client, url string) (int64, error) {
 // CONNECT answered ("proxy_connect", the proxy path only), the TLS
 // handshake with the upstream ("tls": on the transparent path it includes
 // the relay's own CONNECT through the gate, which the client's first bytes
-// wait for), and the request to its response's last byte ("request").
+// wait for), the request to its response's last byte ("request"), and
+// what none of them holds ("other": the transport's own work around them).
 type Latency struct {
 	Micros []int64            `json:"micros"`
 	Phases map[string][]int64 `json:"phases"`
@@ -169,6 +170,13 @@ func latency(pool *x509.CertPool, url string, warm, n int) (Latency, error) {
 		out.Phases["proxy_connect"] = append(out.Phases["proxy_connect"], span(at[3], at[4]))
 		out.Phases["tls"] = append(out.Phases["tls"], span(at[4], at[5]))
 		out.Phases["request"] = append(out.Phases["request"], span(at[5], end))
+		// What no phase holds: the transport's own work before the
+		// lookup or the connect, and between them.
+		var in int64
+		for _, k := range []string{"dns", "connect", "proxy_connect", "tls", "request"} {
+			in += out.Phases[k][len(out.Phases[k])-1]
+		}
+		out.Phases["other"] = append(out.Phases["other"], end.Sub(start).Microseconds()-in)
 	}
 	return out, nil
 }
