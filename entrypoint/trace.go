@@ -18,7 +18,8 @@ const TraceEnv = "AISB_ENTRYPOINT_TRACE"
 // TracePrefix starts each phase's line: "aisb-entrypoint: trace: PHASE MS".
 const TracePrefix = "aisb-entrypoint: trace: "
 
-// tracer records phases; the zero tracer (no TraceEnv) records nothing.
+// tracer records phases; the zero tracer (no TraceEnv) and a nil one record
+// nothing.
 type tracer struct {
 	w    io.Writer
 	on   bool
@@ -39,10 +40,10 @@ func newTracer(w io.Writer) *tracer {
 	return t
 }
 
-// mark ends a phase: the time since the previous mark (or since from, when
-// it is the first one).
+// mark ends a phase: the time since the previous mark (since from, when
+// given: the parent's start, for the first one).
 func (t *tracer) mark(phase string, from ...time.Time) {
-	if !t.on {
+	if t == nil || !t.on {
 		return
 	}
 	now := time.Now()
@@ -56,7 +57,7 @@ func (t *tracer) mark(phase string, from ...time.Time) {
 
 // flush writes what was recorded.
 func (t *tracer) flush() {
-	if t.on && t.b.Len() > 0 {
+	if t != nil && t.on && t.b.Len() > 0 {
 		io.WriteString(t.w, t.b.String())
 		t.b.Reset()
 	}
