@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,7 +22,6 @@ import (
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/harness"
 	"github.com/aisb-dev/aisb/internal/image"
-	"github.com/aisb-dev/aisb/internal/netnstest"
 	"github.com/aisb-dev/aisb/internal/sandbox"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -135,29 +133,6 @@ func sandboxImage(b *testing.B, uri string) string {
 		b.Fatal(err)
 	}
 	return tag
-}
-
-// BenchmarkEntrypoint: the entrypoint's own time from its start to the
-// command's exec (install, read back, drop, verify), as the difference between
-// `nsenter aisb-entrypoint -- true` and `nsenter true` in a fresh namespace.
-func BenchmarkEntrypoint(b *testing.B) {
-	ep := testhost.Binary(b, "cmd/aisb-entrypoint")
-	ns := netnstest.New(b)
-	dir := b.TempDir()
-	pol := filepath.Join(dir, "policy.json")
-	os.WriteFile(pol, []byte(`{"version":1,"mode":"allow","gate":{"addr":"100.64.0.1","port":3128}}`), 0o644)
-	enter := []string{"nsenter", "--net=/run/netns/" + ns.Name}
-	run := func(argv ...string) func() error {
-		return func() error { return exec.Command(argv[0], argv[1:]...).Run() }
-	}
-	var with, without []time.Duration
-	for i := 0; i < 3*runs; i++ {
-		without = append(without, timeIt(b, run(append(enter, "/bin/true")...)))
-		with = append(with, timeIt(b, run(append(enter, ep, "--policy", pol, "--", "/bin/true")...)))
-	}
-	cost := median(with) - median(without)
-	report(figure{part: partOther, what: "the entrypoint, start to exec (install, read back, drop, verify)", measured: fmt.Sprintf("%.1f ms", ms(cost)),
-		baseline: fmt.Sprintf("exec of `/bin/true`: %.1f ms", ms(median(without))), goal: atMost(15, "≤ 15 ms"), value: ms(cost)})
 }
 
 // BenchmarkGateMemory: squid's resident memory after 1,000 requests.

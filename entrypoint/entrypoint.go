@@ -8,10 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"syscall"
@@ -47,6 +45,7 @@ type Entrypoint struct {
 	relayExe   string
 	resolvConf string
 	portStart  string
+	tr         *tracer
 }
 
 // New returns the entrypoint with its production settings.
@@ -57,7 +56,7 @@ func New() *Entrypoint {
 		uid:        contract.AgentUID,
 		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
-		nft:        func() (*nftables.Conn, error) { return nftables.New() },
+		nft:        lastingNft,
 		caBundle:   contract.CABundle,
 		gateWait:   contract.GateWait,
 		resolvConf: contract.ResolvConf,
@@ -84,6 +83,7 @@ func fail(step string, code int, err error) *stepError {
 // an exit status; on success it does not return, because the command replaced
 // this process.
 func (e *Entrypoint) Main(args []string) int {
+	e.tr = newTracer(e.stderr)
 	fs := flag.NewFlagSet("aisb-entrypoint", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	unenforced := fs.Bool("allow-unenforced", false, "when the network table cannot be installed or verified, run the command without it (the privilege drop still happens)")
@@ -109,7 +109,9 @@ func (e *Entrypoint) Main(args []string) int {
 		fmt.Fprintf(e.stderr, "aisb-entrypoint: status file: %v\n", err)
 		return ExitEnforce
 	}
+	e.tr.mark("flags, status file")
 	err = e.run(fs.Args(), *unenforced, st)
+	e.tr.flush()
 	code, step := ExitEnforce, "enforce"
 	var se *stepError
 	if errors.As(err, &se) {
@@ -138,6 +140,26 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err != nil {
 		return fail("read policy", ExitPolicy, fmt.Errorf("%s: %w", e.policyPath, err))
 	}
+	e.tr.mark("read policy")
+
+	// 1b. A transparent sandbox's relay (3c) is started now, as its own
+	//     user (neither root nor the agent), from this thread, so that its
+	//     start runs beside the table's install; it is checked at 3c. No
+	//     relay, no command (--allow-unenforced does not change that).
+	var relay *startedRelay
+	if p.Transparent {
+		var err error
+		if relay, err = e.transparent(); err != nil {
+			return fail(StepRelay, ExitEnforce, err)
+		}
+		// Killed on every way out but the exec: it would outlive an
+		// entrypoint that never runs its command.
+		defer func() {
+			if relay != nil {
+				relay.kill()
+			}
+		}()
+	}
 
 	// 2. and 3. Install the table in one batch, then read it back and
 	//    compare it field by field. Reading back needs CAP_NET_ADMIN too,
@@ -155,6 +177,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		fmt.Fprintf(e.stderr, "aisb-entrypoint: WARNING: --allow-unenforced: %v; running without a network table: this sandbox's network is NOT enforced\n", err)
 		outcome = contract.Status{Outcome: contract.OutcomeUnenforced, Step: se.step}
 	}
+	e.tr.mark("table read back")
 
 	// 3b. Trust the gate's session CA (credential hosts), while the bundle
 	//     is still writable: afterwards the agent cannot change it.
@@ -162,25 +185,33 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		if err := trustSessionCA([]byte(p.SessionCA), e.caBundle); err != nil {
 			return fail("trust the session CA", ExitEnforce, err)
 		}
+		e.tr.mark("session CA trusted")
 	}
 
-	// 3c. A transparent sandbox's relay: started now, as its own user
-	//     (neither root nor the agent), from this thread, and checked from
-	//     outside before anything of the agent's runs. No relay, no command
-	//     (--allow-unenforced does not change that).
-	if p.Transparent {
-		if err := e.transparent(); err != nil {
+	// 3c. The relay, started at 1b, is checked from outside before
+	//     anything of the agent's runs: it said it is ready, and its ids,
+	//     capabilities, seccomp and resolver are what they must be.
+	if relay != nil {
+		pid, err := relay.wait()
+		if err == nil {
+			e.tr.mark("relay: ready")
+			err = verifyRelay(pid)
+		}
+		if err != nil {
 			return fail(StepRelay, ExitEnforce, err)
 		}
+		e.tr.mark("relay: verified")
 	}
 
 	// 4. Drop every privilege and check that nothing is left.
 	if err := dropPrivileges(e.uid, e.gid); err != nil {
 		return fail("drop privileges", ExitEnforce, err)
 	}
+	e.tr.mark("privileges dropped")
 	if err := verifyPrivileges(e.uid, e.gid); err != nil {
 		return fail("verify privileges", ExitEnforce, err)
 	}
+	e.tr.mark("privileges verified")
 
 	// 5. Restrict socket families to UNIX, INET, INET6 and NETLINK and
 	//    refuse io_uring, with a seccomp filter the command inherits and
@@ -189,6 +220,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err := restrictSockets(); err != nil {
 		return fail("restrict socket families", ExitEnforce, err)
 	}
+	e.tr.mark("seccomp filter")
 
 	// 6. Find the command, as the agent user.
 	path, err := exec.LookPath(argv[0])
@@ -199,6 +231,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		}
 		return fail("exec "+argv[0], code, err)
 	}
+	e.tr.mark("command found")
 
 	// 7. When the policy says so, wait for aisb's word that the gate is
 	//    ready (a file it creates beside the policy): the sandbox starts,
@@ -209,6 +242,7 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 		if err := awaitFile(filepath.Join(filepath.Dir(e.policyPath), contract.GateReadyFile), e.gateWait); err != nil {
 			return fail(contract.StepAwaitGate, ExitEnforce, err)
 		}
+		e.tr.mark("gate's word")
 	}
 
 	// 8. Exec the command on this same thread.
@@ -216,7 +250,10 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 	if err := st.report(outcome); err != nil {
 		return fail("write status", ExitEnforce, err)
 	}
+	e.tr.mark("status written")
+	e.tr.flush()
 	err = syscall.Exec(path, argv, os.Environ())
+	// The exec failed: the deferred kill stops the relay.
 	return fail("exec "+argv[0], ExitNoExec, err)
 }
 
@@ -224,18 +261,22 @@ func (e *Entrypoint) run(argv []string, unenforced bool, st *statusWriter) error
 // in place.
 const StepRelay = "start the relay"
 
-func (e *Entrypoint) transparent() error {
+// transparent checks that the agent cannot take the relay's ports, points
+// resolv.conf at the relay and starts it.
+func (e *Entrypoint) transparent() (*startedRelay, error) {
 	if err := checkLowPorts(e.portStart); err != nil {
-		return err
+		return nil, err
 	}
 	if err := pointResolvConf(e.resolvConf); err != nil {
-		return fmt.Errorf("point resolv.conf at the relay: %w", err)
+		return nil, fmt.Errorf("point resolv.conf at the relay: %w", err)
 	}
-	pid, err := e.startRelay()
+	e.tr.mark("relay: ports checked, resolv.conf")
+	relay, err := e.startRelay()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return verifyRelay(pid)
+	e.tr.mark("relay: started")
+	return relay, nil
 }
 
 func (e *Entrypoint) enforce(p contract.Policy) error {
@@ -243,55 +284,6 @@ func (e *Entrypoint) enforce(p contract.Policy) error {
 	if err != nil {
 		return fail("build table", ExitPolicy, err)
 	}
-	return installTable(e.nft, rs, "the sandbox needs CAP_NET_ADMIN for its first moments")
-}
-
-// installTable installs rs over a connection from nft and reads it back:
-// the sandbox's and a pod's init container's one way to the table. needs
-// says what a refusal (EPERM) means for the caller's container.
-func installTable(nft func() (*nftables.Conn, error), rs *ruleset.Ruleset, needs string) error {
-	conn, err := nft()
-	if err != nil {
-		return fail("install table", ExitEnforce, err)
-	}
-	if err := rs.Apply(conn); err != nil {
-		if errors.Is(err, syscall.EPERM) {
-			err = fmt.Errorf("%w (%s)", err, needs)
-		}
-		return fail("install table", ExitEnforce, err)
-	}
-	if err := rs.Verify(conn); err != nil {
-		return fail("verify table", ExitEnforce, err)
-	}
-	return nil
-}
-
-// awaitFile returns once path exists, looking every millisecond (a stat of
-// the read-only policy directory), or fails after wait, or at SIGINT,
-// SIGTERM or SIGHUP meanwhile (aisb forwards its own to the sandbox, and
-// PID 1 would otherwise ignore them or die without a status).
-func awaitFile(path string, wait time.Duration) error {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Reset(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	deadline := time.Now().Add(wait)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		_, err := os.Lstat(path)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no word from aisb that the gate is ready (%s) within %s", path, wait)
-		}
-		select {
-		case sig := <-sigs:
-			return fmt.Errorf("%v while waiting for the gate", sig)
-		case <-tick.C:
-		}
-	}
+	e.tr.mark("table built")
+	return installTable(e.nft, rs, "the sandbox needs CAP_NET_ADMIN for its first moments", e.tr)
 }

@@ -63,7 +63,7 @@ func NewPod() *Pod {
 		uid:        contract.AgentUID,
 		gid:        contract.AgentGID,
 		stderr:     os.Stderr,
-		nft:        func() (*nftables.Conn, error) { return nftables.New() },
+		nft:        lastingNft,
 		netns:      func() (string, error) { return os.Readlink("/proc/thread-self/ns/net") },
 	}
 }
@@ -138,7 +138,7 @@ func (p *Pod) table() error {
 	if err != nil {
 		return err
 	}
-	if err := installTable(p.nft, rs, "the init container needs CAP_NET_ADMIN"); err != nil {
+	if err := installTable(p.nft, rs, "the init container needs CAP_NET_ADMIN", &tracer{}); err != nil {
 		return err
 	}
 	ns, err := p.netns()

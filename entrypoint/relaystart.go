@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,75 +41,105 @@ func relayErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrRelay, fmt.Sprintf(format, args...))
 }
 
+// startedRelay is a relay started and not yet known to be ready.
+type startedRelay struct {
+	pid   int
+	ready *os.File // the read end of its ready pipe
+}
+
 // startRelay binds the relay's sockets as root (ports below 1024, which the
-// agent cannot bind), starts `aisb-entrypoint relay` on them as RelayUID in
-// a session of its own, and returns its pid once it said it is ready. It
-// runs on the locked thread, before the drop: the bounding set is emptied
-// first so that the relay inherits none of it.
-func (e *Entrypoint) startRelay() (int, error) {
+// agent cannot bind) and starts `aisb-entrypoint relay` on them as RelayUID
+// in a session of its own, without waiting for it: the relay's own start
+// runs while the entrypoint installs the table, and wait says whether it
+// came up. It runs on the locked thread, before the drop: the bounding set
+// is emptied first so that the relay inherits none of it.
+func (e *Entrypoint) startRelay() (*startedRelay, error) {
 	if err := dropBounding(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	tcp, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(addrPort(contract.RelayTCP)))
 	if err != nil {
-		return 0, relayErr("listen on %s: %v", contract.RelayTCP, err)
+		return nil, relayErr("listen on %s: %v", contract.RelayTCP, err)
 	}
 	defer tcp.Close()
 	udp, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addrPort(contract.RelayDNS)))
 	if err != nil {
-		return 0, relayErr("listen on udp %s: %v", contract.RelayDNS, err)
+		return nil, relayErr("listen on udp %s: %v", contract.RelayDNS, err)
 	}
 	defer udp.Close()
 	dnsTCP, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(addrPort(contract.RelayDNS)))
 	if err != nil {
-		return 0, relayErr("listen on tcp %s: %v", contract.RelayDNS, err)
+		return nil, relayErr("listen on tcp %s: %v", contract.RelayDNS, err)
 	}
 	defer dnsTCP.Close()
 	var files []*os.File
 	for _, f := range []interface{ File() (*os.File, error) }{tcp, udp, dnsTCP} {
 		fl, err := f.File()
 		if err != nil {
-			return 0, relayErr("%v", err)
+			return nil, relayErr("%v", err)
 		}
 		defer fl.Close()
 		files = append(files, fl)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		return 0, relayErr("%v", err)
+		return nil, relayErr("%v", err)
 	}
-	defer r.Close()
 	self, err := os.Executable()
 	if err != nil {
+		r.Close()
 		w.Close()
-		return 0, relayErr("find this binary: %v", err)
+		return nil, relayErr("find this binary: %v", err)
 	}
 	if e.relayExe != "" {
 		self = e.relayExe
 	}
-	cmd := exec.Command(self, "relay")
-	cmd.ExtraFiles = append(files, w)
-	cmd.Env = os.Environ()
-	cmd.Dir = "/"
-	cmd.Stderr = e.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setsid:     true,
-		Credential: &syscall.Credential{Uid: contract.RelayUID, Gid: contract.RelayGID, Groups: []uint32{}},
+	// syscall.ForkExec rather than os/exec: os/exec's first start in a
+	// process forks a child that exits at once, to learn whether pidfds
+	// work, on the path of every sandbox's start.
+	errFd := uintptr(2)
+	if f, ok := e.stderr.(*os.File); ok {
+		errFd = f.Fd()
 	}
-	err = cmd.Start()
+	fds := []uintptr{0, 1, errFd}
+	for _, f := range append(files, w) {
+		fds = append(fds, f.Fd())
+	}
+	pid, err := syscall.ForkExec(self, []string{self, "relay"}, &syscall.ProcAttr{
+		Dir:   "/",
+		Env:   os.Environ(),
+		Files: fds,
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: contract.RelayUID, Gid: contract.RelayGID, Groups: []uint32{}},
+		},
+	})
 	w.Close()
 	if err != nil {
-		return 0, relayErr("start: %v", err)
+		r.Close()
+		return nil, relayErr("start: %v", err)
 	}
 	// Never waited for: once the command is exec'd, it is its parent.
-	pid := cmd.Process.Pid
-	r.SetReadDeadline(time.Now().Add(RelayWait))
+	return &startedRelay{pid: pid, ready: r}, nil
+}
+
+// wait returns the relay's pid once it said it is ready, within RelayWait
+// of its start; otherwise it kills it.
+func (s *startedRelay) wait() (int, error) {
+	defer s.ready.Close()
+	s.ready.SetReadDeadline(time.Now().Add(RelayWait))
 	buf := make([]byte, len(relayReady))
-	if _, err := io.ReadFull(r, buf); err != nil || string(buf) != relayReady {
-		cmd.Process.Kill()
-		return 0, relayErr("it did not report ready (pid %d): %v", pid, err)
+	if _, err := io.ReadFull(s.ready, buf); err != nil || string(buf) != relayReady {
+		syscall.Kill(s.pid, syscall.SIGKILL)
+		return 0, relayErr("it did not report ready (pid %d): %v", s.pid, err)
 	}
-	return pid, nil
+	return s.pid, nil
+}
+
+// kill stops a relay whose sandbox will not run its command.
+func (s *startedRelay) kill() {
+	syscall.Kill(s.pid, syscall.SIGKILL)
+	s.ready.Close()
 }
 
 func addrPort(e contract.Endpoint) netip.AddrPort { return netip.AddrPortFrom(e.Addr, e.Port) }

@@ -127,22 +127,75 @@ func get(c *http.Client, url string) (int64, error) {
 }
 
 // Latency is each request's time from its start (connect, CONNECT through
-// the gate, TLS) to the end of its response, in microseconds.
+// the gate, TLS) to the end of its response, in microseconds, and where it
+// went (Phases, by name, each request's share in the same order): the name
+// lookup ("dns", the transparent path only: through the proxy the gate
+// looks the name up), the TCP connect ("connect": to the gate, or to the
+// mapped address, which the table redirects to the relay), the proxy's
+// CONNECT answered ("proxy_connect", the proxy path only), the TLS
+// handshake with the upstream ("tls": on the transparent path it includes
+// the relay's own CONNECT through the gate, which the client's first bytes
+// wait for), the request to its response's last byte ("request"), and
+// what none of them holds ("other": the transport's own work around them).
 type Latency struct {
-	Micros []int64 `json:"micros"`
+	Micros []int64            `json:"micros"`
+	Phases map[string][]int64 `json:"phases"`
 }
 
 func latency(pool *x509.CertPool, url string, warm, n int) (Latency, error) {
 	c := client(pool, false)
-	var out Latency
+	out := Latency{Phases: map[string][]int64{}}
 	for i := 0; i < warm+n; i++ {
-		start := time.Now()
-		if _, err := get(c, url); err != nil {
+		var at [6]time.Time // dns start, dns done, connect start, connect done, tls start, tls done
+		trace := &httptrace.ClientTrace{
+			DNSStart:          func(httptrace.DNSStartInfo) { at[0] = time.Now() },
+			DNSDone:           func(httptrace.DNSDoneInfo) { at[1] = time.Now() },
+			ConnectStart:      func(string, string) { at[2] = time.Now() },
+			ConnectDone:       func(string, string, error) { at[3] = time.Now() },
+			TLSHandshakeStart: func() { at[4] = time.Now() },
+			TLSHandshakeDone:  func(tls.ConnectionState, error) { at[5] = time.Now() },
+		}
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
 			return out, err
 		}
-		if i >= warm {
-			out.Micros = append(out.Micros, time.Since(start).Microseconds())
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+		start := time.Now()
+		resp, err := c.Do(req)
+		if err != nil {
+			return out, err
 		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		if err != nil {
+			return out, err
+		}
+		end := time.Now()
+		if i < warm {
+			continue
+		}
+		out.Micros = append(out.Micros, end.Sub(start).Microseconds())
+		span := func(a, b time.Time) int64 {
+			if a.IsZero() || b.IsZero() {
+				return 0
+			}
+			return b.Sub(a).Microseconds()
+		}
+		out.Phases["dns"] = append(out.Phases["dns"], span(at[0], at[1]))
+		out.Phases["connect"] = append(out.Phases["connect"], span(at[2], at[3]))
+		out.Phases["proxy_connect"] = append(out.Phases["proxy_connect"], span(at[3], at[4]))
+		out.Phases["tls"] = append(out.Phases["tls"], span(at[4], at[5]))
+		out.Phases["request"] = append(out.Phases["request"], span(at[5], end))
+		// What no phase holds: the transport's own work before the
+		// lookup or the connect, and between them.
+		var in int64
+		for _, k := range []string{"dns", "connect", "proxy_connect", "tls", "request"} {
+			in += out.Phases[k][len(out.Phases[k])-1]
+		}
+		out.Phases["other"] = append(out.Phases["other"], end.Sub(start).Microseconds()-in)
 	}
 	return out, nil
 }

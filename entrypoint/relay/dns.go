@@ -201,6 +201,19 @@ func ptrAddr(name string) (netip.Addr, bool) {
 // ServeUDP answers every datagram on c until c is closed.
 func (r *Resolver) ServeUDP(c net.PacketConn) error {
 	buf := make([]byte, 1500)
+	// A *net.UDPConn (the relay's) is read without allocating an address
+	// per query.
+	if uc, ok := c.(*net.UDPConn); ok {
+		for {
+			n, from, err := uc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return fmt.Errorf("resolver: %w", err)
+			}
+			if out := r.Answer(buf[:n]); out != nil {
+				uc.WriteToUDPAddrPort(out, from)
+			}
+		}
+	}
 	for {
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {

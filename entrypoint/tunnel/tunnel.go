@@ -14,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -147,17 +148,32 @@ func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 // ends first, c's sending side is closed and its replies are still read.
 func Pipe(c net.Conn, in io.Reader, out io.Writer) error {
 	go func() {
-		io.Copy(c, in)
+		copyPooled(c, in)
 		if tc, ok := underlying(c).(*net.TCPConn); ok {
 			tc.CloseWrite()
 		}
 	}()
-	_, err := io.Copy(out, c)
+	_, err := copyPooled(out, c)
 	c.Close()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("tunnel: %w", err)
 	}
 	return nil
+}
+
+// copyBufs are Pipe's copy buffers, reused from one connection to the next:
+// io.Copy would allocate and clear 32 KiB per direction for each one, on the
+// relay's path of every new connection.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyPooled is io.Copy with a buffer of copyBufs. The reader and writer are
+// wrapped so that io.CopyBuffer uses it: a *net.TCPConn's ReadFrom and
+// WriteTo would copy through a buffer of their own (they splice only
+// between a TCP and a Unix socket, which a tunnel is not).
+func copyPooled(dst io.Writer, src io.Reader) (int64, error) {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
 }
 
 func underlying(c net.Conn) net.Conn {
