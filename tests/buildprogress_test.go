@@ -95,6 +95,7 @@ func removeDeferred() error {
 // the test ends (with the sandbox images aisb built on it).
 func derivedBase(t *testing.T, name, lines string) string {
 	t.Helper()
+	testhost.Require(t)
 	dir, err := os.MkdirTemp("", "aisb-derived-")
 	if err != nil {
 		t.Fatal(err)

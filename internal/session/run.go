@@ -150,8 +150,17 @@ func (r *run) connect(ctx context.Context) error {
 	if local {
 		specs = hashImages(o, r.h, r.entrypoint)
 	}
+	// What runs beside the connect ends before a session that stops here
+	// does (the hashing writes the digests' record).
+	drain := func() {
+		sockets()
+		if specs != nil {
+			specs()
+		}
+	}
 	c, err := o.seams.connectFunc()(ctx, o.Where)
 	if err != nil {
+		drain()
 		return err
 	}
 	r.c = c
@@ -159,6 +168,7 @@ func (r *run) connect(ctx context.Context) error {
 	if loc := c.Locality(); !loc.Local {
 		r.remote = true
 		if err := checkRemote(o, r); err != nil {
+			drain()
 			return err
 		}
 		r.trace("engine not local (" + loc.Why + "): the policy, the gate's files, the audit, the gate's ports and the project go through its API")
