@@ -39,7 +39,7 @@ type handoff struct {
 const handoffName = "finish.json"
 
 // finishYield bounds how long a watchdog lets starting sessions go first.
-const finishYield = time.Second
+const finishYield = 500 * time.Millisecond
 
 // handOff converts what the gate logged so far and hands the rest to the
 // watchdog, the gate's secrets included (it removes them once squid is
