@@ -180,20 +180,25 @@ func (b *Box) Run() (Exit, error) {
 // Wait waits for its end.
 func (b *Box) Start() error {
 	c, o := b.c, b.o
-	if err := c.ContainerStart(context.TODO(), b.name); err != nil {
-		return fmt.Errorf("start sandbox: %w", err)
-	}
-	b.trace("sandbox started")
 	// Signals to aisb go to the agent, which ends the session the normal
 	// way (and so removes the gate). With a terminal, Ctrl-C arrives as a
-	// byte through the TTY, not as a signal to aisb.
+	// byte through the TTY, not as a signal to aisb. They are caught from
+	// before the start: the agent may run before ContainerStart returns,
+	// and a signal sent then (once it is seen running) would otherwise
+	// have ended aisb instead (exit 130, seen under load). One that comes
+	// during the start is forwarded once it has started.
 	forward := []os.Signal{syscall.SIGTERM, syscall.SIGHUP}
 	if !o.Terminal {
 		forward = append(forward, syscall.SIGINT)
 	}
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forward...)
+	if err := c.ContainerStart(context.TODO(), b.name); err != nil {
+		signal.Stop(sigs)
+		return fmt.Errorf("start sandbox: %w", err)
+	}
 	b.stopSignals = func() { signal.Stop(sigs) }
+	b.trace("sandbox started")
 	go func() {
 		for sig := range sigs {
 			if err := c.ContainerKill(context.TODO(), b.name, fmt.Sprint(int(sig.(syscall.Signal)))); err != nil {
