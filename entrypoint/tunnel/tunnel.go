@@ -14,7 +14,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -146,34 +145,27 @@ func (b *bufConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // Pipe copies in to c and c to out until c has nothing more to send. When in
 // ends first, c's sending side is closed and its replies are still read.
+// Between two TCP sockets (the relay's case) the kernel splices the bytes
+// (io.Copy: *net.TCPConn's ReadFrom takes a TCP source): the gate's
+// connection is given as its socket, not as the reader that read the
+// gate's reply, unless that reader still holds bytes of the tunnel.
 func Pipe(c net.Conn, in io.Reader, out io.Writer) error {
 	go func() {
-		copyPooled(c, in)
+		io.Copy(underlying(c), in)
 		if tc, ok := underlying(c).(*net.TCPConn); ok {
 			tc.CloseWrite()
 		}
 	}()
-	_, err := copyPooled(out, c)
+	src := io.Reader(c)
+	if b, ok := c.(*bufConn); ok && b.r.Buffered() == 0 {
+		src = b.Conn
+	}
+	_, err := io.Copy(out, src)
 	c.Close()
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("tunnel: %w", err)
 	}
 	return nil
-}
-
-// copyBufs are Pipe's copy buffers, reused from one connection to the next:
-// io.Copy would allocate and clear 32 KiB per direction for each one, on the
-// relay's path of every new connection.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// copyPooled is io.Copy with a buffer of copyBufs. The reader and writer are
-// wrapped so that io.CopyBuffer uses it: a *net.TCPConn's ReadFrom and
-// WriteTo would copy through a buffer of their own (they splice only
-// between a TCP and a Unix socket, which a tunnel is not).
-func copyPooled(dst io.Writer, src io.Reader) (int64, error) {
-	buf := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(buf)
-	return io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
 }
 
 func underlying(c net.Conn) net.Conn {
