@@ -54,14 +54,15 @@ func BenchmarkStartup(b *testing.B) {
 	// per run (PODMAN_*, part of the service's key, meaningless to Podman)
 	// makes each run the first in a minute, which starts the service.
 	// The shared service outlives 10 minutes without aisb
-	// (engine.SharedIdle): each cold run's is stopped after it, so that the
-	// run leaves no service behind and the next cold run starts its own.
+	// (engine.SharedIdle): each cold run's is stopped before the next case
+	// (untimed, once its watchdog is done: the watchdog's removals use that
+	// service too, and would start it again), so that the run leaves no
+	// service behind and the next cold run starts its own.
 	cold := 0
 	aisbCold := func() (string, error) {
 		cold++
 		env := fmt.Sprintf("PODMAN_AISB_BENCH_COLD=%d", cold)
 		_, stderr, err := u.outputEnv("", []string{env}, "run", "--harness", "shell", "--", "true")
-		stopKeepers(b, env)
 		return stderr, err
 	}
 	// The README's first command: a harness's key set by the gate, which
@@ -97,6 +98,7 @@ func BenchmarkStartup(b *testing.B) {
 		for _, c := range cases {
 			if c.name != "allow-next" {
 				settle(b)
+				stopKeepers(b, coldEnv)
 			}
 			start := time.Now()
 			stderr, err := c.run()
@@ -112,6 +114,8 @@ func BenchmarkStartup(b *testing.B) {
 			}
 		}
 	}
+	settle(b)
+	stopKeepers(b, coldEnv)
 	med := func(name string) time.Duration { return median(times[name]) }
 	row := func(what, name, baseText, base string, g goal) {
 		r := float64(med(name)) / float64(med(base))
@@ -140,8 +144,12 @@ func BenchmarkStartup(b *testing.B) {
 	idleService(b)
 }
 
+// coldEnv starts the variable that makes each cold run's service its own.
+const coldEnv = "PODMAN_AISB_BENCH_COLD="
+
 // stopKeepers stops the shared services whose keeper's environment holds
-// env, and waits (at most 10 s) until they are gone.
+// env (a variable's whole "NAME=" for any value of it), and waits (at most
+// 10 s) until they are gone.
 func stopKeepers(b *testing.B, env string) {
 	b.Helper()
 	pids := keepers(env)
@@ -178,7 +186,9 @@ func keepers(env string) []int {
 			continue
 		}
 		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if env == "" || slices.Contains(strings.Split(string(environ), "\x00"), env) {
+		if env == "" || slices.ContainsFunc(strings.Split(string(environ), "\x00"), func(kv string) bool {
+			return kv == env || strings.HasSuffix(env, "=") && strings.HasPrefix(kv, env)
+		}) {
 			pids = append(pids, pid)
 		}
 	}
@@ -193,12 +203,20 @@ func idleService(b *testing.B) {
 	time.Sleep(2 * time.Second) // the last session's watchdog done, the service idle
 	var rss, pss int64
 	n := 0
+	// The newest keeper without the cold runs' variable is this run's (an
+	// earlier run's may still idle).
+	newest, newestStart := 0, int64(-1)
 	for _, k := range keepers("") {
 		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", k))
-		if strings.Contains(string(environ), "PODMAN_AISB_BENCH_COLD=") {
+		if strings.Contains(string(environ), coldEnv) {
 			continue
 		}
-		for _, pid := range append([]int{k}, childPids(k)...) {
+		if st := startTicks(k); st > newestStart {
+			newest, newestStart = k, st
+		}
+	}
+	if newest != 0 {
+		for _, pid := range append([]int{newest}, childPids(newest)...) {
 			r, p, ok := residentKB(pid)
 			if ok {
 				rss, pss, n = rss+r, pss+p, n+1
@@ -211,6 +229,18 @@ func idleService(b *testing.B) {
 	}
 	report(figure{part: partStartup, what: "aisb's shared service, idle (its keeper and Podman's service), resident: what outliving the last aisb by 10 minutes costs",
 		measured: fmt.Sprintf("%.0f MB (%.0f MB proportional)", float64(rss)/1024, float64(pss)/1024), baseline: "—", goal: noGoal})
+}
+
+// startTicks is when pid started, in clock ticks since boot (-1 if gone).
+func startTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	v, _ := strconv.ParseInt(f[19], 10, 64)
+	return v
 }
 
 // childPids lists pid's children (of any of its threads: Go forks from
