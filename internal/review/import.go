@@ -175,12 +175,15 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 			if !ok {
 				return false, fmt.Errorf("%w: link %s", ErrImport, Quote(h.Linkname))
 			}
-			f, err := os.Open(filepath.Join(im.upper, filepath.FromSlash(src)))
-			if err != nil {
-				f, err = os.Open(filepath.Join(im.project, filepath.FromSlash(src)))
+			// Never through a link: a symbolic link the copy holds (or
+			// the project's own) would bring a file of this host's, which
+			// the agent never saw, into the project as the link's content.
+			f, err := openRegular(filepath.Join(im.upper, filepath.FromSlash(src)))
+			if errors.Is(err, os.ErrNotExist) {
+				f, err = openRegular(filepath.Join(im.project, filepath.FromSlash(src)))
 			}
 			if err != nil {
-				return false, fmt.Errorf("review: %w", err)
+				return false, fmt.Errorf("%w: hard link %s to %s: %v", ErrImport, Quote(rel), Quote(h.Linkname), err)
 			}
 			defer f.Close()
 			r = f
@@ -222,6 +225,26 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 		return true, os.Chmod(dst, mode)
 	}
 	return false, nil // a device or a pipe: not brought back
+}
+
+// errNotRegular is openRegular's refusal of anything but a regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens path for reading only if it is a regular file, its last
+// component not followed if it is a link.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return nil, errNotRegular
+		}
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, errNotRegular
+	}
+	return f, nil
 }
 
 // compareStream reads r against the file host, a block at a time, until

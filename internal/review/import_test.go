@@ -99,7 +99,17 @@ func TestImport(t *testing.T) {
 // a link, is refused, and nothing is written outside the layer.
 func TestImportRefusesEscapes(t *testing.T) {
 	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("host-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for name, entries := range map[string][]tarEntry{
+		// A hard link to a symbolic link of the copy's would read the
+		// host's file it names into the layer, and apply into the project.
+		"hard link through a link": {
+			{name: "project/l", link: secret, typ: tar.TypeSymlink, mode: 0o777},
+			{name: "project/copy", link: "project/l", typ: tar.TypeLink, mode: 0o644},
+		},
 		"dotdot": {{name: "project/../evil", body: "x", typ: tar.TypeReg, mode: 0o644}},
 		"under a link": {
 			{name: "project/l", link: outside, typ: tar.TypeSymlink, mode: 0o777},
@@ -117,6 +127,9 @@ func TestImportRefusesEscapes(t *testing.T) {
 				if _, err := os.Lstat(p); err == nil {
 					t.Errorf("written outside the layer: %s", p)
 				}
+			}
+			if b, err := os.ReadFile(filepath.Join(upper, "copy")); err == nil {
+				t.Errorf("the layer holds a copy of a host file: %q", b)
 			}
 		})
 	}
