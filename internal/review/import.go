@@ -178,9 +178,9 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 			// Never through a link: a symbolic link the copy holds (or
 			// the project's own) would bring a file of this host's, which
 			// the agent never saw, into the project as the link's content.
-			f, err := openRegular(filepath.Join(im.upper, filepath.FromSlash(src)))
+			f, err := openRegular(im.upper, src)
 			if errors.Is(err, os.ErrNotExist) {
-				f, err = openRegular(filepath.Join(im.project, filepath.FromSlash(src)))
+				f, err = openRegular(im.project, src)
 			}
 			if err != nil {
 				return false, fmt.Errorf("%w: hard link %s to %s: %v", ErrImport, Quote(rel), Quote(h.Linkname), err)
@@ -230,9 +230,24 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 // errNotRegular is openRegular's refusal of anything but a regular file.
 var errNotRegular = errors.New("not a regular file")
 
-// openRegular opens path for reading only if it is a regular file, its last
-// component not followed if it is a link.
-func openRegular(path string) (*os.File, error) {
+// openRegular opens rel (slash-separated, clean) beneath base for reading
+// only if it is a regular file reached through directories alone: no
+// component is followed if it is a link. The layer is aisb's own and the
+// copy's agent is elsewhere, so nothing changes it between the checks.
+func openRegular(base, rel string) (*os.File, error) {
+	cur := base
+	parts := strings.Split(rel, "/")
+	for _, c := range parts[:len(parts)-1] {
+		cur = filepath.Join(cur, c)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			return nil, errNotRegular
+		}
+	}
+	path := filepath.Join(cur, parts[len(parts)-1])
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {

@@ -110,6 +110,10 @@ func TestImportRefusesEscapes(t *testing.T) {
 			{name: "project/l", link: secret, typ: tar.TypeSymlink, mode: 0o777},
 			{name: "project/copy", link: "project/l", typ: tar.TypeLink, mode: 0o644},
 		},
+		"hard link beneath a link": {
+			{name: "project/d", link: outside, typ: tar.TypeSymlink, mode: 0o777},
+			{name: "project/copy", link: "project/d/secret", typ: tar.TypeLink, mode: 0o644},
+		},
 		"dotdot": {{name: "project/../evil", body: "x", typ: tar.TypeReg, mode: 0o644}},
 		"under a link": {
 			{name: "project/l", link: outside, typ: tar.TypeSymlink, mode: 0o777},
