@@ -268,15 +268,24 @@ func containerPid(b *testing.B, name string) int {
 
 // procCPU is a process's user and system time so far, in seconds.
 func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	f := procStat(pid)
+	if f == nil {
 		return 0
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	u, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (u + st) / 100 // USER_HZ
+}
+
+// procStat is /proc/PID/stat's fields after the command's name (the
+// state first), or nil if the process is gone.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	return strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 }
 
 func cpuSeconds(ps *os.ProcessState) float64 {

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	osuser "os/user"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -152,47 +150,15 @@ const coldEnv = "PODMAN_AISB_BENCH_COLD="
 // 10 s) until they are gone.
 func stopKeepers(b *testing.B, env string) {
 	b.Helper()
-	pids := keepers(env)
+	pids := testhost.Keepers(env)
 	for _, pid := range pids {
 		syscall.Kill(pid, syscall.SIGTERM)
 	}
-	for deadline := time.Now().Add(10 * time.Second); len(keepers(env)) > 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); len(testhost.Keepers(env)) > 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			b.Fatalf("the shared service of %s did not stop within 10 s of SIGTERM", env)
 		}
 	}
-}
-
-// keepers lists the pids of the test user's shared-service keepers (`aisb
-// internal-podman-service`) whose environment holds env ("" for any).
-func keepers(env string) []int {
-	var pids []int
-	u, err := osuser.Lookup(testhost.User)
-	if err != nil {
-		return nil
-	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(filepath.Join("/proc", e.Name()), &st) != nil || strconv.Itoa(int(st.Uid)) != u.Uid {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !strings.Contains(string(cmdline), "internal-podman-service") {
-			continue
-		}
-		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if env == "" || slices.ContainsFunc(strings.Split(string(environ), "\x00"), func(kv string) bool {
-			return kv == env || strings.HasSuffix(env, "=") && strings.HasPrefix(kv, env)
-		}) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }
 
 // idleService reports what the bench user's shared service (its keeper and
@@ -206,7 +172,7 @@ func idleService(b *testing.B) {
 	// The newest keeper without the cold runs' variable is this run's (an
 	// earlier run's may still idle).
 	newest, newestStart := 0, int64(-1)
-	for _, k := range keepers("") {
+	for _, k := range testhost.Keepers("") {
 		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", k))
 		if strings.Contains(string(environ), coldEnv) {
 			continue
@@ -216,7 +182,7 @@ func idleService(b *testing.B) {
 		}
 	}
 	if newest != 0 {
-		for _, pid := range append([]int{newest}, childPids(newest)...) {
+		for _, pid := range append([]int{newest}, testhost.ChildPids(newest)...) {
 			r, p, ok := residentKB(pid)
 			if ok {
 				rss, pss, n = rss+r, pss+p, n+1
@@ -233,30 +199,12 @@ func idleService(b *testing.B) {
 
 // startTicks is when pid started, in clock ticks since boot (-1 if gone).
 func startTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	f := procStat(pid)
+	if f == nil {
 		return -1
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
 	v, _ := strconv.ParseInt(f[19], 10, 64)
 	return v
-}
-
-// childPids lists pid's children (of any of its threads: Go forks from
-// whichever runs).
-func childPids(pid int) []int {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var out []int
-	for _, t := range tasks {
-		b, _ := os.ReadFile(t)
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
 }
 
 // residentKB reads a process's resident and proportional set sizes.

@@ -17,40 +17,12 @@ import (
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
-// keepers lists the pids of the shared-service keepers (`aisb
-// internal-podman-service`) whose environment holds env.
-func keepers(env string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !strings.Contains(string(cmdline), "internal-podman-service") {
-			continue
-		}
-		environ, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		for _, kv := range strings.Split(string(environ), "\x00") {
-			if kv == env {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
 // children lists the command lines of pid's children.
 func children(pid int) []string {
 	var out []string
-	tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
-	for _, f := range tasks {
-		b, _ := os.ReadFile(f)
-		for _, c := range strings.Fields(string(b)) {
-			cmdline, _ := os.ReadFile(filepath.Join("/proc", c, "cmdline"))
-			out = append(out, strings.ReplaceAll(string(cmdline), "\x00", " "))
-		}
+	for _, c := range testhost.ChildPids(pid) {
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(c), "cmdline"))
+		out = append(out, strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 	return out
 }
@@ -69,11 +41,11 @@ func TestSharedPodmanService(t *testing.T) {
 	// The key of the shared service covers XDG_CONFIG_HOME: this test's
 	// own config directory gives it a service nobody else uses.
 	mine := "XDG_CONFIG_HOME=" + a.config
-	if k := keepers(mine); len(k) != 0 {
+	if k := testhost.Keepers(mine); len(k) != 0 {
 		t.Fatalf("keepers before the test: %v", k)
 	}
 	t.Cleanup(func() {
-		for _, pid := range keepers(mine) {
+		for _, pid := range testhost.Keepers(mine) {
 			syscall.Kill(pid, syscall.SIGTERM)
 		}
 	})
@@ -140,7 +112,7 @@ func TestSharedPodmanService(t *testing.T) {
 			t.Errorf("aisb %d took %s: its output pipes waited for the service", i, res.took)
 		}
 	}
-	k := keepers(mine)
+	k := testhost.Keepers(mine)
 	if len(k) != 1 {
 		t.Fatalf("%d aisb at once left %d keepers, want 1: %v", n, len(k), k)
 	}
@@ -172,12 +144,12 @@ func TestSharedPodmanService(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stderr, "connected to podman (aisb's shared service") {
 		t.Errorf("a later aisb: %s", r)
 	}
-	if k2 := keepers(mine); len(k2) != 1 || k2[0] != k[0] {
+	if k2 := testhost.Keepers(mine); len(k2) != 1 || k2[0] != k[0] {
 		t.Errorf("a later aisb: keepers %v, want the same %d", k2, k[0])
 	}
 
 	syscall.Kill(k[0], syscall.SIGTERM)
-	if !waitFor(10*time.Second, func() bool { return len(keepers(mine)) == 0 }) {
+	if !waitFor(10*time.Second, func() bool { return len(testhost.Keepers(mine)) == 0 }) {
 		t.Fatalf("the keeper still runs 10 s after SIGTERM")
 	}
 	if _, err := os.Lstat(sock); err == nil {
