@@ -59,13 +59,13 @@ func newAppEnv(getenv func(string) string, stderr io.Writer) *appEnv {
 }
 
 // local is where Podman is for a command that needs it on this host, as
-// this user (engine.ErrNotLocal otherwise, before anything is created): it
-// bind-mounts this host's files, or sweeps containers by this host's
-// process ids (reaper.Reap), which on another host's engine would judge
-// its sessions by the wrong processes.
-func (e *appEnv) local() engine.Where {
+// this user (engine.ErrNotLocal otherwise, before anything is created):
+// need says why, for the error (it bind-mounts this host's files, or
+// judges containers by this host's process ids); "": said generally.
+func (e *appEnv) local(need string) engine.Where {
 	w := e.where
 	w.RequireLocal = true
+	w.LocalFor = need
 	return w
 }
 

@@ -38,7 +38,7 @@ EXAMPLE:
 				return err
 			}
 			rep := doctor.Run(c.Context, doctor.Options{BaseImage: r.Config.Sandbox.BaseImage, Helper: c.String("network-helper"), Entrypoint: e.entrypoint,
-				Where: e.local(), Paths: e.paths, Logf: e.logf, Builds: e.builds(c)})
+				GateHelper: e.gateHelper, Where: e.where, Paths: e.paths, Logf: e.logf, Builds: e.builds(c)})
 			if c.Bool("json") {
 				if err := encodeEach(c.App.Writer, rep.Checks); err != nil {
 					return err

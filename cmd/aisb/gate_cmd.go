@@ -68,18 +68,46 @@ func gateName(c *cli.Context) (string, error) {
 	return name, nil
 }
 
-// connectAndReap connects to Podman and removes what dead sessions left.
-func connectAndReap(c *cli.Context, e *appEnv) (*engine.Conn, error) {
+// connectAndReap connects to a local Podman (need says why the command
+// needs one, engine.ErrNotLocal otherwise) and removes what dead sessions
+// left.
+func connectAndReap(c *cli.Context, e *appEnv, need string) (*engine.Conn, error) {
 	if e.pathsErr != nil {
 		return nil, e.pathsErr
 	}
-	conn, err := engine.Connect(c.Context, e.local())
+	conn, err := engine.Connect(c.Context, e.local(need))
 	if err != nil {
 		return nil, err
 	}
 	reaper.Reap(conn, e.logf)
 	return conn, nil
 }
+
+// connectAny connects to Podman wherever it is, for a command that works
+// through its API alone (docs/remote.md). What dead sessions left is swept
+// on a local engine only: the sweep judges containers by whether their
+// owner's process lives on this host, which an engine elsewhere's are not.
+func connectAny(c *cli.Context, e *appEnv) (*engine.Conn, error) {
+	if e.pathsErr != nil {
+		return nil, e.pathsErr
+	}
+	conn, err := engine.Connect(c.Context, e.where)
+	if err != nil {
+		return nil, err
+	}
+	if conn.Locality().Local {
+		reaper.Reap(conn, e.logf)
+	} else if e.where.Trace != nil {
+		e.where.Trace(fmt.Sprintf("engine at %s is not local: this command goes through its API alone; no sweep of dead sessions", conn.Address()))
+	}
+	return conn, nil
+}
+
+// needLongLived is why a long-lived gate needs a local engine (gate up,
+// down; run --gate refuses it too, session's checkRemote).
+const needLongLived = "a long-lived gate outlives `aisb gate up`: a process of this host follows its audit from the access log in its bind-mounted directory and its host's addresses from this host's, " +
+	"and sessions find it by its port on this host's loopback, while an engine elsewhere would run it on that host's loopback with nothing of this host to write its log to " +
+	"(a session's own gate does work there: leave out --gate)"
 
 func gateUp(c *cli.Context, e *appEnv) error {
 	name, err := gateName(c)
@@ -91,7 +119,7 @@ func gateUp(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAndReap(c, e, needLongLived)
 	if err != nil {
 		return err
 	}
@@ -119,7 +147,7 @@ func gateDown(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAndReap(c, e, needLongLived)
 	if err != nil {
 		return err
 	}
@@ -132,7 +160,8 @@ func gateDown(c *cli.Context, e *appEnv) error {
 }
 
 func gateStatus(c *cli.Context, e *appEnv) error {
-	conn, err := connectAndReap(c, e)
+	// Listing gate containers is the API's alone: any engine.
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
@@ -184,7 +213,7 @@ func followCommand(e *appEnv) *cli.Command {
 			// A long-lived gate follows the host's addresses and on-link
 			// prefixes; Podman is reached only when they change.
 			go gate.WatchHost(ctx, g, gate.WatchEvery, func() error {
-				conn, err := engine.Connect(ctx, e.local())
+				conn, err := engine.Connect(ctx, e.local(needLongLived))
 				if err != nil {
 					return err
 				}

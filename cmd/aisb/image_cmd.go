@@ -58,7 +58,7 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func imageBuild(c *cli.Context, e *appEnv) error {
 }
 
 func imageList(c *cli.Context, e *appEnv) error {
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}

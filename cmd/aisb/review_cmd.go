@@ -190,7 +190,7 @@ func scrubWork(c *cli.Context, e *appEnv, s *review.Session) {
 	if !s.WorkLeft() {
 		return
 	}
-	conn, err := engine.Connect(c.Context, e.local())
+	conn, err := engine.Connect(c.Context, e.local("the overlay work directory a killed session left is on this host, and only a container of this host's Podman can remove its files of a subordinate uid"))
 	if err == nil {
 		defer conn.Close()
 		err = sandbox.Scrub(conn, s.Meta.Image, s.Work(), s.Meta.Session, state.Owner())

@@ -80,7 +80,7 @@ them first; what import copies, it prints.`,
 }
 
 func stateList(c *cli.Context, e *appEnv) error {
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
@@ -120,12 +120,12 @@ func stateRemove(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := statevol.Remove(conn, e.paths.VolumeDir(), name); err != nil {
+	if err := statevol.Remove(conn, e.paths.VolumeDir(), name, conn.Locality().Local); err != nil {
 		return err
 	}
 	e.logf("removed state volume %s", name)
@@ -144,7 +144,7 @@ func stateExport(c *cli.Context, e *appEnv) error {
 			return errors.New("state export: stdout is a terminal; write the tar to a file with -o FILE or a pipe")
 		}
 	}
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ func stateImport(c *cli.Context, e *appEnv) error {
 	if withCreds {
 		e.logf("WARNING: --with-credentials: %s's login tokens and keys go into its state volume; the agent can read them and send them to any host the sandbox may reach", h.Name)
 	}
-	conn, err := connectAndReap(c, e)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}

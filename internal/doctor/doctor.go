@@ -47,10 +47,15 @@ type Options struct {
 	BaseImage  string
 	Helper     string // "" to detect, as aisb run does
 	Entrypoint string // the aisb-entrypoint binary ($AISB_ENTRYPOINT); "": found for the engine
+	GateHelper string // the aisb-gatehelper binary ($AISB_GATEHELPER), for a remote gate's probe; "": found for the engine
 	Where      engine.Where
 	Paths      state.Paths
 	Logf       func(format string, args ...any)
 	Builds     image.Output // image builds' progress
+
+	// projectVolume is the sandbox checks' project on an engine that is
+	// not local (remote.go); "": the directory is bind-mounted.
+	projectVolume string
 }
 
 // Report collects checks in order.
@@ -66,6 +71,8 @@ func (r *Report) Failed() bool {
 }
 
 // Run performs every check it can; a failure early (no Podman) ends it.
+// An engine that is not local is checked there, through its API
+// (remote.go).
 func Run(ctx context.Context, o Options) *Report {
 	r := &Report{}
 	c, err := engine.Connect(ctx, o.Where)
@@ -75,7 +82,15 @@ func Run(ctx context.Context, o Options) *Report {
 	}
 	defer c.Close()
 	r.add("podman", Pass, "Podman %s through its API (%s)", c.Version, c.How())
-	reaper.Reap(c, o.Logf)
+	loc := c.Locality()
+	remote := !loc.Local
+	if remote {
+		// The sweep judges containers by this host's processes: not there.
+		r.add("engine", Warn, "%s is not local (%s): the checks below are that engine's, made through its API as a session there is (docs/remote.md says what a gate there does not check); this host's runtime directory is not checked",
+			c.Address(), loc.Why)
+	} else {
+		reaper.Reap(c, o.Logf)
+	}
 
 	info, err := c.Info(ctx)
 	if err != nil {
@@ -91,16 +106,42 @@ func Run(ctx context.Context, o Options) *Report {
 	default:
 		r.add("network helper", Warn, "slirp4netns (pasta unavailable): works, gate at %s; install passt for pasta", sandbox.MappedHost(helper))
 	}
-	rootless(r, info, o.Paths.Runtime)
+	rootless(r, info, o.Paths.Runtime, remote)
 	if err != nil {
 		return r
 	}
-	squidParses(r, c, o)
-	sandboxChecks(ctx, r, c, o, helper)
+	if remote {
+		remoteGate(ctx, r, c, o)
+	} else {
+		squidParses(r, c, o)
+	}
+	sandboxChecks(ctx, r, c, o, helper, remote)
 	return r
 }
 
-func rootless(r *Report, info *define.Info, rd string) {
+// rootless checks the rootless set-up: this host's subordinate ids and
+// runtime directory for a local engine, the engine's user namespace for
+// one that is not (its runtime directory is its host's).
+func rootless(r *Report, info *define.Info, rd string, remote bool) {
+	if remote {
+		engineIDs(r, info)
+	} else {
+		localRootless(r, rd)
+	}
+	if d := info.Store.GraphDriverName; d == "overlay" {
+		r.add("storage driver", Pass, "overlay")
+	} else {
+		r.add("storage driver", Warn, "%s: slow and large; set driver = \"overlay\" in ~/.config/containers/storage.conf", d)
+	}
+	v2 := info.Host.CgroupsVersion == "v2"
+	if v2 && slices.Contains(info.Host.CgroupControllers, "memory") && slices.Contains(info.Host.CgroupControllers, "pids") {
+		r.add("resource limits", Pass, "cgroup v2 with memory and pids controllers: --pids, --memory, --cpus are enforced")
+	} else {
+		r.add("resource limits", Warn, "cgroup %s rootless: Podman would ignore --pids, --memory and --cpus, so aisb refuses them unless --rlimit-fallback (nproc, data, cpu seconds)", info.Host.CgroupsVersion)
+	}
+}
+
+func localRootless(r *Report, rd string) {
 	u, err := user.Current()
 	if err == nil {
 		for _, f := range []string{"/etc/subuid", "/etc/subgid"} {
@@ -115,17 +156,6 @@ func rootless(r *Report, info *define.Info, rd string) {
 		r.add("runtime dir", Warn, "%q is not a directory; rootless Podman needs one (set XDG_RUNTIME_DIR, usually /run/user/UID)", rd)
 	} else {
 		r.add("runtime dir", Pass, "%s", rd)
-	}
-	if d := info.Store.GraphDriverName; d == "overlay" {
-		r.add("storage driver", Pass, "overlay")
-	} else {
-		r.add("storage driver", Warn, "%s: slow and large; set driver = \"overlay\" in ~/.config/containers/storage.conf", d)
-	}
-	v2 := info.Host.CgroupsVersion == "v2"
-	if v2 && slices.Contains(info.Host.CgroupControllers, "memory") && slices.Contains(info.Host.CgroupControllers, "pids") {
-		r.add("resource limits", Pass, "cgroup v2 with memory and pids controllers: --pids, --memory, --cpus are enforced")
-	} else {
-		r.add("resource limits", Warn, "cgroup %s rootless: Podman would ignore --pids, --memory and --cpus, so aisb refuses them unless --rlimit-fallback (nproc, data, cpu seconds)", info.Host.CgroupsVersion)
 	}
 }
 

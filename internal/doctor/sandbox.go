@@ -39,7 +39,7 @@ family packet AF_PACKET SOCK_DGRAM
 `, mapped, gatePort, otherPort, udpPort)
 }
 
-func sandboxChecks(ctx context.Context, r *Report, c engine.Engine, o Options, helper string) {
+func sandboxChecks(ctx context.Context, r *Report, c engine.Engine, o Options, helper string, remote bool) {
 	shell, _ := harness.Lookup("shell")
 	arch, err := c.Arch(ctx)
 	if err != nil {
@@ -61,12 +61,28 @@ func sandboxChecks(ctx context.Context, r *Report, c engine.Engine, o Options, h
 		r.add("sandbox image", Fail, "%v", err)
 		return
 	}
-	targets, err := newTargets()
+	var targets *targets
+	if remote {
+		// The targets are on the engine host's loopback, which the
+		// sandbox's mapped loopback reaches there; the project is a
+		// volume there, the probe copied into it (remote.go).
+		targets, err = remoteTargets(c, img)
+		if err == nil {
+			var done func()
+			if o.projectVolume, done, err = remoteProject(c); err == nil {
+				defer done()
+			}
+		}
+	} else {
+		targets, err = newTargets()
+	}
+	if targets != nil {
+		defer targets.close()
+	}
 	if err != nil {
 		r.add("targets", Fail, "listen on loopback: %v", err)
 		return
 	}
-	defer targets.close()
 	mapped := sandbox.MappedHost(helper)
 	script := probeScript(mapped, targets.gate, targets.other, targets.udp)
 	dir, err := os.MkdirTemp("", "aisb-doctor-")
@@ -157,6 +173,7 @@ func runScript(c engine.Engine, do Options, img, helper, dir, policyDir string, 
 		Session: "doctor-" + state.NewSessionID(), Image: img, ProjectDir: dir, Command: []string{"sh", "/project/probe.sh"},
 		Mode: contract.ModeAllow, Helper: helper, PolicyDir: policyDir, CapAdd: caps, Owner: state.Owner(), Logf: do.Logf,
 		Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &errb,
+		Remote: do.projectVolume != "", ProjectVolume: do.projectVolume,
 	}
 	if plain {
 		o.Plain = true

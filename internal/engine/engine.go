@@ -74,7 +74,10 @@ type Where struct {
 	// RequireLocal refuses a service that is not local (local.go) with
 	// ErrNotLocal, before any API call; Trace, if set, is told the decision.
 	RequireLocal bool
-	Trace        func(string)
+	// LocalFor is why the command needs a local engine, for the error
+	// (NotLocalError.Need); "": said generally.
+	LocalFor string
+	Trace    func(string)
 	// SSH is how an ssh:// URI is reached (ssh.go): keys and known_hosts.
 	SSH SSHConfig
 }
@@ -115,7 +118,7 @@ func Connect(ctx context.Context, w Where) (*Conn, error) {
 	c.uriFromEnv = w.URI != ""
 	c.locality = decideAndTrace(c.URI, w.Trace)
 	if w.RequireLocal {
-		if err := c.RequireLocal(); err != nil {
+		if err := c.locality.require(c.URI, c.uriFromEnv, w.LocalFor); err != nil {
 			c.Close()
 			return nil, err
 		}

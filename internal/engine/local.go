@@ -56,18 +56,27 @@ type NotLocalError struct {
 	URI string
 	Why string
 	Env bool // URI is CONTAINER_HOST's
+	// Need is why the command needs a local engine (Where.LocalFor); ""
+	// says it generally.
+	Need string
 }
+
+// needLocal is what a command that gives no reason of its own needs.
+const needLocal = "this command bind-mounts this host's files or judges containers by this host's processes, which an engine elsewhere would not see"
 
 func (e *NotLocalError) Error() string {
 	from := ""
 	if e.Env {
 		from = " (CONTAINER_HOST)"
 	}
-	return fmt.Sprintf("podman at %s%s is not local: %s; "+
-		"this command bind-mounts this host's files or judges containers by this host's processes, which an engine elsewhere would not see, "+
-		"so only `aisb run` drives a remote or another user's Podman (through its API; docs/remote.md): "+
+	need := e.Need
+	if need == "" {
+		need = needLocal
+	}
+	return fmt.Sprintf("podman at %s%s is not local: %s; %s, "+
+		"so it needs your own Podman on this host (what works through the API on any engine: docs/remote.md): "+
 		"unset CONTAINER_HOST, or set it to your own rootless Podman's socket on this host (unix://$XDG_RUNTIME_DIR/podman/podman.sock)",
-		e.URI, from, e.Why)
+		e.URI, from, e.Why, need)
 }
 
 func (e *NotLocalError) Is(target error) bool { return target == ErrNotLocal }
@@ -76,16 +85,16 @@ func (e *NotLocalError) Is(target error) bool { return target == ErrNotLocal }
 func (c *Conn) Locality() Locality { return c.locality }
 
 // RequireLocal is nil for a local service, else a *NotLocalError.
-func (c *Conn) RequireLocal() error { return c.locality.require(c.URI, c.uriFromEnv) }
+func (c *Conn) RequireLocal() error { return c.locality.require(c.URI, c.uriFromEnv, "") }
 
-func (l Locality) require(uri string, env bool) error {
+func (l Locality) require(uri string, env bool, need string) error {
 	if l.Local {
 		return nil
 	}
 	if l.unreachable != nil {
 		return fmt.Errorf("connect to podman at %s: %w", uri, l.unreachable)
 	}
-	return &NotLocalError{URI: uri, Why: l.Why, Env: env}
+	return &NotLocalError{URI: uri, Why: l.Why, Env: env, Need: need}
 }
 
 // peerCred is who listens on a unix socket.

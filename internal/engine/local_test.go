@@ -47,7 +47,7 @@ func TestDecideLocal(t *testing.T) {
 			if l.Local != tc.local || !strings.Contains(l.Why, tc.why) {
 				t.Fatalf("decideLocal(%s) = %+v; want local=%v, why containing %q", tc.uri, l, tc.local, tc.why)
 			}
-			err := l.require(tc.uri, true)
+			err := l.require(tc.uri, true, "")
 			if tc.name == "nothing listens" {
 				// Not a verdict: the connection's own error.
 				if err == nil || errors.Is(err, ErrNotLocal) || !strings.Contains(err.Error(), "connect to podman at "+tc.uri+": connection refused") {
@@ -109,13 +109,18 @@ func TestSocketPeer(t *testing.T) {
 func TestConnectRefusesBeforeAnyCall(t *testing.T) {
 	var said []string
 	for _, uri := range []string{"ssh://nobody@remote.test:1/run/podman/podman.sock", "tcp://127.0.0.1:1", "unix://" + listen(t)} {
-		_, err := Connect(context.Background(), Where{URI: uri, RequireLocal: true, Trace: func(s string) { said = append(said, s) }})
+		need := "it needs this test's host"
+		_, err := Connect(context.Background(), Where{URI: uri, RequireLocal: true, LocalFor: need, Trace: func(s string) { said = append(said, s) }})
 		if !errors.Is(err, ErrNotLocal) {
 			t.Fatalf("Connect(%s): %v; want ErrNotLocal", uri, err)
 		}
 		var nl *NotLocalError
-		if !errors.As(err, &nl) || nl.URI != uri || !nl.Env {
+		if !errors.As(err, &nl) || nl.URI != uri || !nl.Env || nl.Need != need {
 			t.Fatalf("Connect(%s): %#v", uri, err)
+		}
+		// The command's own reason is in the error, with the fix.
+		if msg := err.Error(); !strings.Contains(msg, "; "+need+", so it needs your own Podman on this host") || !strings.Contains(msg, "unset CONTAINER_HOST") {
+			t.Fatalf("Connect(%s): %v", uri, err)
 		}
 	}
 	// Nothing listening: the connection's error, no verdict.

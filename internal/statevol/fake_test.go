@@ -2,8 +2,11 @@ package statevol
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/containers/podman/v5/pkg/specgen"
 
@@ -50,12 +53,26 @@ func TestSessionAgainstTheFake(t *testing.T) {
 	if err != nil || len(list) != 1 || list[0].Name != "aisb-state-pi" || list[0].Unknown || list[0].Size == 0 {
 		t.Fatalf("list %+v, %v", list, err)
 	}
-	if err := Remove(f, recordDir, "aisb-state-pi"); err == nil {
-		t.Fatal("removed the volume of a sandbox that has not exited")
+	for _, here := range []bool{true, false} {
+		if err := Remove(f, recordDir, "aisb-state-pi", here); !errors.Is(err, ErrInUse) {
+			t.Fatalf("removed the volume of a sandbox that has not exited (owners here: %v): %v", here, err)
+		}
 	}
 	f.ContainerStart(ctx, box.Name)
 	f.Exit(box.Name, 0)
-	if err := Remove(f, recordDir, "aisb-state-pi"); err != nil {
+	// On an engine that is not local an exited sandbox's aisb is not one
+	// this host can judge: its sandbox is waited for, then refused.
+	start := time.Now()
+	if err := Remove(f, recordDir, "aisb-state-pi", false); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "podman rm "+box.Name) {
+		t.Fatalf("remote: removed the volume of an exited sandbox that is still there: %v", err)
+	}
+	if took := time.Since(start); took < ownerExit {
+		t.Errorf("remote: refused after %v, before the %v its aisb has to remove the sandbox", took, ownerExit)
+	}
+	if got := f.VolumeNames(); len(got) != 1 {
+		t.Fatalf("volumes after the refused remove: %q", got)
+	}
+	if err := Remove(f, recordDir, "aisb-state-pi", true); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.VolumeNames(); len(got) != 0 {

@@ -242,14 +242,18 @@ func List(c engine.Engine, recordDir string) ([]Volume, error) {
 }
 
 // Remove deletes a state volume and aisb's record of it. A volume in use
-// by a sandbox that has not exited is not removed; the exited sandbox of a
-// session that just ended, which its watchdog removes moments later, is
-// removed first.
-func Remove(c engine.Engine, recordDir, name string) error {
+// by a sandbox that has not exited is not removed. On a local engine
+// (ownersHere), the exited sandbox of a session that just ended, which its
+// watchdog removes moments later, is removed first once its aisb has
+// exited. On an engine that is not local a sandbox's aisb is not a process
+// this host can judge (it may be another host's), so an exited sandbox is
+// waited for, as its aisb removes it, and then refused: removing it could
+// take the agent's work from an aisb still copying it out.
+func Remove(c engine.Engine, recordDir, name string, ownersHere bool) error {
 	if _, err := inspect(c, name); err != nil {
 		return err
 	}
-	if err := removeExited(c, name); err != nil {
+	if err := removeExited(c, name, ownersHere); err != nil {
 		return err
 	}
 	if err := c.VolumeRemove(context.TODO(), name); err != nil {
@@ -262,19 +266,31 @@ func Remove(c engine.Engine, recordDir, name string) error {
 // sandbox to exit (it reads the sandbox's end, then returns at once).
 const ownerExit = 2 * time.Second
 
+// ErrInUse is a state volume a sandbox still mounts.
+var ErrInUse = errors.New("a sandbox still mounts it")
+
 // removeExited removes aisb's exited sandboxes that mount the volume name,
-// and refuses when one has not exited (it runs, or is about to).
-func removeExited(c engine.Engine, name string) error {
-	list, err := c.ContainerList(context.TODO(), map[string][]string{"volume": {name}, "label": {engine.LabelKind + "=sandbox"}})
+// and refuses when one has not exited (it runs, or is about to), or, with
+// !ownersHere, when one is still there after ownerExit.
+func removeExited(c engine.Engine, name string, ownersHere bool) error {
+	list, err := sandboxesOf(c, name)
 	if err != nil {
-		return fmt.Errorf("remove state volume %s: list its sandboxes: %w", name, err)
+		return err
+	}
+	if !ownersHere {
+		for deadline := time.Now().Add(ownerExit); len(list) > 0 && allExited(list) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			if list, err = sandboxesOf(c, name); err != nil {
+				return err
+			}
+		}
 	}
 	for _, ctr := range list {
 		if len(ctr.Names) == 0 {
 			continue
 		}
-		switch ctr.State {
-		case define.ContainerStateExited.String(), define.ContainerStateStopped.String():
+		switch {
+		case exited(ctr) && ownersHere:
 			// Its aisb may still be reading how it ended: a moment.
 			owner := ctr.Labels[engine.LabelOwner]
 			for deadline := time.Now().Add(ownerExit); owner != "" && state.OwnerAlive(owner) && time.Now().Before(deadline); {
@@ -286,11 +302,36 @@ func removeExited(c engine.Engine, name string) error {
 			if err := engine.Remove(context.TODO(), c, ctr.Names[0]); err != nil {
 				return fmt.Errorf("remove state volume %s: %w", name, err)
 			}
+		case exited(ctr):
+			return fmt.Errorf("remove state volume %s: %w: the exited sandbox %s; on an engine that is not local aisb cannot tell whether its session is still ending (its aisb removes it, or its watchdog after a kill), so try again in a moment, or, if no session of it runs anywhere, remove it on the engine's host (podman rm %s)",
+				name, ErrInUse, ctr.Names[0], ctr.Names[0])
 		default:
-			return fmt.Errorf("remove state volume %s: the sandbox %s uses it (%s); end its session first", name, ctr.Names[0], ctr.State)
+			return fmt.Errorf("remove state volume %s: %w: the sandbox %s (%s); end its session first", name, ErrInUse, ctr.Names[0], ctr.State)
 		}
 	}
 	return nil
+}
+
+// sandboxesOf lists aisb's sandboxes that mount the volume name.
+func sandboxesOf(c engine.Engine, name string) ([]entitiesTypes.ListContainer, error) {
+	list, err := c.ContainerList(context.TODO(), map[string][]string{"volume": {name}, "label": {engine.LabelKind + "=sandbox"}})
+	if err != nil {
+		return nil, fmt.Errorf("remove state volume %s: list its sandboxes: %w", name, err)
+	}
+	return list, nil
+}
+
+func exited(ctr entitiesTypes.ListContainer) bool {
+	return ctr.State == define.ContainerStateExited.String() || ctr.State == define.ContainerStateStopped.String()
+}
+
+func allExited(list []entitiesTypes.ListContainer) bool {
+	for _, ctr := range list {
+		if !exited(ctr) {
+			return false
+		}
+	}
+	return true
 }
 
 // Export writes the volume's content as a tar to w; img as for Ensure.
