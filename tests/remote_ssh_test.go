@@ -36,7 +36,8 @@ type sshProbe struct {
 // removed, and Connect still calls it not local. Refused: a key the host
 // does not know, a host key known_hosts does not hold (and known_hosts is
 // not written: no trust on first use), a host key other than the pinned
-// one; and `aisb doctor` on it, before any SSH connection. Controls: the
+// one; and `aisb gate up` on it (a long-lived gate needs this host),
+// before any SSH connection. Controls: the
 // caller cannot reach the service's socket on the filesystem (so only SSH
 // gets there), the two users read none of each other's files, and the
 // engine host reaches the test upstream.
@@ -211,16 +212,16 @@ func TestRemoteSSHEngine(t *testing.T) {
 	}
 
 	t.Logf("%v: refusals done", time.Since(began).Round(time.Millisecond))
-	// aisb doctor on that engine is refused as not local, before it dials.
+	// aisb gate up on that engine is refused as not local, before it dials.
 	logBefore := sshdConnections(t)
 	a := newAisb(t, base, "")
 	a.host = uri
-	d := a.runEnv(t, []string{"AISB_TRACE=1", "CONTAINER_SSHKEY=" + filepath.Join(dir, "id"), "AISB_SSH_KNOWN_HOSTS=" + known}, "doctor")
-	if d.Code == 0 || !strings.Contains(d.Stdout+d.Stderr, "podman at "+uri+" (CONTAINER_HOST) is not local: the ssh:// scheme reaches a service elsewhere") {
-		t.Errorf("aisb doctor over ssh:// was not refused as not local: %s", d)
+	d := a.runEnv(t, []string{"AISB_TRACE=1", "CONTAINER_SSHKEY=" + filepath.Join(dir, "id"), "AISB_SSH_KNOWN_HOSTS=" + known}, "gate", "up", "ssh-refused")
+	if d.Code == 0 || !strings.Contains(d.Stderr, "podman at "+uri+" (CONTAINER_HOST) is not local: the ssh:// scheme reaches a service elsewhere") {
+		t.Errorf("aisb gate up over ssh:// was not refused as not local: %s", d)
 	}
 	if n := sshdConnections(t); n != logBefore {
-		t.Errorf("the refused doctor connected to the engine host's sshd (%d connections, %d before)", n, logBefore)
+		t.Errorf("the refused gate up connected to the engine host's sshd (%d connections, %d before)", n, logBefore)
 	}
 	t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond))
 }

@@ -1,0 +1,252 @@
+// remoteCommandChecks: the commands besides `aisb run` on an engine that is
+// not local (issue #29 item 4), written once for any such engine:
+// TestRemoteEngineRefused runs them on another user's service reached as
+// unix://…, and the ssh:// engine's test can run them with its URI.
+
+package tests
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aisb-dev/aisb/internal/testhost"
+)
+
+// remoteEngine is an engine that is not local as the checks reach it.
+type remoteEngine struct {
+	Name string   // for messages: the engine's user
+	Host string   // CONTAINER_HOST
+	Env  []string // what else aisb needs to reach it (CONTAINER_SSHKEY=…, AISB_SSH_KNOWN_HOSTS=… for ssh://)
+	Base string   // the base image in the engine's storage (engineBaseImage)
+	// Podman runs podman as the engine's user on the engine's host: what
+	// the checks see there, never through aisb.
+	Podman func(ctx context.Context, args ...string) *exec.Cmd
+}
+
+// unixEngine is the engine user's service on sock, as TestRemoteRun uses it.
+func unixEngine(eu string, sock, base string, as func(context.Context, ...string) *exec.Cmd) remoteEngine {
+	return remoteEngine{Name: eu, Host: "unix://" + sock, Base: base,
+		Podman: func(ctx context.Context, args ...string) *exec.Cmd {
+			return as(ctx, append([]string{"podman"}, args...)...)
+		}}
+}
+
+// objects are the engine's aisb containers and volumes (the ssh:// test's
+// probes, which come and go beside it, left out).
+func (e remoteEngine) objects(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	var out []string
+	for _, args := range [][]string{{"ps", "-a", "--format", "{{.Names}}"}, {"volume", "ls", "--format", "{{.Name}}"}} {
+		r := testhost.Run(t, e.Podman(ctx, args...))
+		if r.Code != 0 {
+			t.Fatalf("podman %v as %s: %s", args, e.Name, r)
+		}
+		for _, n := range strings.Fields(r.Stdout) {
+			if strings.HasPrefix(n, "aisb-") && !strings.HasPrefix(n, sshProbePrefix) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// remoteCommandChecks runs, with a (a fresh project, its own state) on the
+// engine e:
+//   - doctor checks that engine: every check passes, it says which engine
+//     and that it is not local, the sandbox checks (each with its control,
+//     a plain container reaching the same targets) ran there, and a gate
+//     started there; nothing of it is left;
+//   - image ls lists what the engine's storage holds, and image build finds
+//     it up to date there;
+//   - state import puts the caller's settings in a volume on the engine
+//     (not in the caller's own Podman), ls lists it, export gives them
+//     back, rm refuses while an exited sandbox there mounts it (its aisb
+//     cannot be judged from here) and removes it after;
+//   - gate status works; gate up and down, and run --gate, are refused with
+//     their reason and the fix, and create nothing.
+func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remoteEngine) {
+	a.host = e.Host
+	env := append([]string{"AISB_TRACE=1"}, e.Env...)
+	aisb := func(t *testing.T, args ...string) testhost.Result {
+		t.Helper()
+		start := time.Now()
+		r := a.runEnv(t, env, args...)
+		t.Logf("aisb %s on %s's engine: exit %d in %v", strings.Join(args, " "), e.Name, r.Code, time.Since(start).Round(time.Millisecond))
+		return r
+	}
+	left := func(t *testing.T, what string) {
+		t.Helper()
+		if l := e.objects(t, ctx); len(l) > 0 {
+			t.Errorf("left on %s's engine after %s: %v", e.Name, what, l)
+		}
+	}
+	notLocal := "trace: engine at " + e.Host + " is not local"
+
+	t.Run("doctor", func(t *testing.T) {
+		r := aisb(t, "doctor", "--json")
+		got := map[string][]string{}
+		dec := json.NewDecoder(strings.NewReader(r.Stdout))
+		for {
+			var ch struct{ Name, Status, Reason string }
+			if err := dec.Decode(&ch); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("doctor --json: %v: %s", err, r)
+			}
+			got[ch.Name] = append(got[ch.Name], ch.Status+" "+ch.Reason)
+			if ch.Status == "FAIL" {
+				t.Errorf("doctor on %s's engine: %s FAIL: %s", e.Name, ch.Name, ch.Reason)
+			}
+		}
+		if r.Code != 0 {
+			t.Errorf("doctor on %s's engine: exit %d: %s", e.Name, r.Code, r)
+		}
+		for _, name := range []string{"podman", "network helper", "subordinate ids", "storage driver", "resource limits", "gate", "control",
+			"table installed", "gate reachable", "other host ports", "direct UDP and DNS", "raw sockets", "agent vs table", "privileges", "fails closed"} {
+			if len(got[name]) == 0 || (name != "resource limits" && !strings.HasPrefix(got[name][0], "PASS")) {
+				t.Errorf("doctor on %s's engine: check %q: %q", e.Name, name, got[name])
+			}
+		}
+		if eng := got["engine"]; len(eng) != 1 || !strings.Contains(eng[0], e.Host+" is not local") {
+			t.Errorf("doctor does not say it checked %s, not local: %q", e.Host, eng)
+		}
+		if ids := got["subordinate ids"]; len(ids) != 2 || !strings.Contains(ids[0], "the engine's user namespace maps") {
+			t.Errorf("doctor judged this host's subordinate ids, not the engine's: %q", ids)
+		}
+		if rd := got["runtime dir"]; len(rd) != 0 {
+			t.Errorf("doctor checked this host's runtime directory for %s's engine: %q", e.Name, rd)
+		}
+		if g := got["gate"]; len(g) == 1 {
+			t.Logf("doctor: %s", g[0])
+		}
+		if !strings.Contains(r.Stderr, notLocal) {
+			t.Errorf("doctor's trace lacks %q: %s", notLocal, r.Stderr)
+		}
+		left(t, "doctor")
+	})
+
+	t.Run("image", func(t *testing.T) {
+		r := aisb(t, "image", "ls", "--json")
+		var tags []string
+		dec := json.NewDecoder(strings.NewReader(r.Stdout))
+		for {
+			var img struct{ Tag string }
+			if err := dec.Decode(&img); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("image ls --json: %v: %s", err, r)
+			}
+			tags = append(tags, img.Tag)
+		}
+		there := testhost.Run(t, e.Podman(ctx, "images", "--format", "{{.Repository}}:{{.Tag}}"))
+		if r.Code != 0 || len(tags) < 2 || there.Code != 0 {
+			t.Fatalf("aisb image ls on %s's engine: %v: %s\nthe engine's images: %s", e.Name, tags, r, there)
+		}
+		for _, tag := range tags {
+			if !slices.Contains(strings.Fields(there.Stdout), tag) {
+				t.Errorf("aisb image ls lists %s, which %s's storage lacks: %s", tag, e.Name, there.Stdout)
+			}
+		}
+		b := aisb(t, "image", "build", "--harness", "shell")
+		if b.Code != 0 || strings.Count(b.Stdout, "up to date") != 2 || !strings.Contains(b.Stderr, notLocal) {
+			t.Errorf("aisb image build --harness shell after doctor built its images on %s's engine: %s", e.Name, b)
+		}
+	})
+
+	t.Run("state", func(t *testing.T) {
+		home, henv := fakeHome(t)
+		env := append(env, henv...)
+		r := a.runEnv(t, env, "state", "import", "pi")
+		_, name, _ := strings.Cut(r.Stderr, "files into ")
+		name = strings.TrimSpace(strings.SplitN(name, "\n", 2)[0])
+		if r.Code != 0 || !strings.HasPrefix(name, "aisb-state-pi-") {
+			t.Fatalf("aisb state import pi on %s's engine (home %s): %s", e.Name, home, r)
+		}
+		if vols := testhost.Run(t, e.Podman(ctx, "volume", "ls", "--format", "{{.Name}}")); !slices.Contains(strings.Fields(vols.Stdout), name) {
+			t.Fatalf("the imported volume %s is not on %s's engine: %s", name, e.Name, vols)
+		}
+		if own := testhost.Podman(t, "volume", "ls", "--format", "{{.Name}}"); slices.Contains(strings.Fields(own.Stdout), name) {
+			t.Fatalf("the imported volume %s is in the caller's own Podman", name)
+		}
+		if ls := a.runEnv(t, env, "state", "ls", "--json"); ls.Code != 0 || !strings.Contains(ls.Stdout, `"name":"`+name+`"`) {
+			t.Errorf("aisb state ls on %s's engine does not list %s: %s", e.Name, name, ls)
+		}
+		tarFile := filepath.Join(testhost.UserDir(t), "state.tar")
+		if ex := a.runEnv(t, env, "state", "export", "-o", tarFile, name); ex.Code != 0 {
+			t.Errorf("aisb state export on %s's engine: %s", e.Name, ex)
+		} else if got := tarFileContent(t, tarFile, ".pi/agent/settings.json"); got != `{"theme":"imported-theme"}` {
+			t.Errorf("the exported state's settings.json is %q", got)
+		}
+		// An exited sandbox there that mounts it: its aisb is no process
+		// this host can judge, so rm refuses, naming it, and leaves the
+		// volume.
+		exited := fmt.Sprintf("aisb-h4exited-%d", time.Now().UnixNano())
+		if c := testhost.Run(t, e.Podman(ctx, "run", "--name", exited, "--label", "io.aisb.kind=sandbox", "--network", "none", "-v", name+":/x", e.Base, "true")); c.Code != 0 {
+			t.Fatalf("make an exited sandbox on %s's engine: %s", e.Name, c)
+		}
+		rm := a.runEnv(t, env, "state", "rm", name)
+		if rm.Code == 0 || !strings.Contains(rm.Stderr, "a sandbox still mounts it: the exited sandbox "+exited) || !strings.Contains(rm.Stderr, "podman rm "+exited) {
+			t.Errorf("aisb state rm on %s's engine with an exited sandbox mounting the volume: %s", e.Name, rm)
+		}
+		if vols := testhost.Run(t, e.Podman(ctx, "volume", "ls", "--format", "{{.Name}}")); !slices.Contains(strings.Fields(vols.Stdout), name) {
+			t.Errorf("the refused state rm removed %s", name)
+		}
+		testhost.Run(t, e.Podman(ctx, "rm", "-f", exited))
+		if rm := a.runEnv(t, env, "state", "rm", name); rm.Code != 0 || !strings.Contains(rm.Stderr, "removed state volume "+name) {
+			t.Errorf("aisb state rm on %s's engine: %s", e.Name, rm)
+		}
+		left(t, "state rm")
+	})
+
+	t.Run("gate", func(t *testing.T) {
+		if r := aisb(t, "gate", "status"); r.Code != 0 || !strings.Contains(r.Stdout, "no gates running") {
+			t.Errorf("aisb gate status on %s's engine: %s", e.Name, r)
+		}
+		for _, args := range [][]string{{"gate", "up", "h4gate"}, {"gate", "down", "h4gate"}} {
+			r := aisb(t, args...)
+			for _, want := range []string{"podman at " + e.Host + " (CONTAINER_HOST) is not local", "a long-lived gate outlives `aisb gate up`",
+				"leave out --gate", "unset CONTAINER_HOST", notLocal} {
+				if r.Code == 0 || !strings.Contains(r.Stderr, want) {
+					t.Errorf("aisb %s on %s's engine: want refused with %q: %s", strings.Join(args, " "), e.Name, want, r)
+				}
+			}
+		}
+		r := aisb(t, "run", "--gate", "h4gate", "--harness", "shell", "--", "true")
+		if r.Code == 0 || !strings.Contains(r.Stderr, "--gate h4gate: not possible on a podman that is not local") {
+			t.Errorf("aisb run --gate on %s's engine: %s", e.Name, r)
+		}
+		left(t, "the refused gate commands")
+	})
+}
+
+// tarFileContent is the content of name in the tar file path ("" if absent).
+func tarFileContent(t *testing.T, path, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(bytes.NewReader(b))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return ""
+		}
+		if strings.TrimPrefix(h.Name, "./") == name {
+			c, _ := io.ReadAll(tr)
+			return string(c)
+		}
+	}
+}
