@@ -20,6 +20,9 @@ type Record struct {
 	// that use the gate put it in their proxy URL.
 	Token    string `json:"token"`
 	Follower string `json:"follower,omitempty"` // the audit follower as "PID:STARTTIME"
+	// Engine is the URI of the engine that is not local the gate runs on
+	// (longremote.go); "": the local one.
+	Engine string `json:"engine,omitempty"`
 }
 
 // RecordPath is where a gate with directory dir keeps its Record.

@@ -1,6 +1,6 @@
 package gate
 
-// (One file of about 360 lines: the probe, the copy of the gate's files,
+// (One file of about 380 lines: the probe, the copy of the gate's files,
 // its logs and its life are one path, each step what the next relies on.)
 //
 // A gate on an engine that is not local (engine.Locality: another user's
@@ -380,17 +380,25 @@ func (g *Gate) killRemote(within time.Duration) bool {
 	if g.logs == nil {
 		return true
 	}
+	return g.completeLogs(within) == nil
+}
+
+// completeLogs waits (at most within) for the remote gate's container to
+// have exited, then stops the follow stream, asks the logs once more to
+// their end and adds what the stream had not written: the copy is then
+// complete.
+func (g *Gate) completeLogs(within time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	if _, err := g.remote.ContainerWait(ctx, g.Name, define.ContainerStateExited, define.ContainerStateStopped); err != nil {
-		return g.logsEnded(within) == nil
+		return g.logsEnded(within)
 	}
 	l := g.logs
 	l.cancel()
 	<-l.done
 	var out, errs bytes.Buffer
 	if err := g.remote.ContainerLogs(ctx, g.Name, false, &out, &errs); err != nil {
-		return false
+		return fmt.Errorf("the gate's logs through the API: %w", err)
 	}
 	for _, part := range []struct {
 		f    *os.File
@@ -399,12 +407,12 @@ func (g *Gate) killRemote(within time.Duration) bool {
 	}{{l.acc, l.out.n, out.Bytes()}, {l.cache, l.errs.n, errs.Bytes()}} {
 		if int64(len(part.all)) > part.have {
 			if _, err := part.f.Write(part.all[part.have:]); err != nil {
-				return false
+				return fmt.Errorf("the copy of the gate's logs: %w", err)
 			}
 		}
 	}
 	l.err = nil
-	return true
+	return nil
 }
 
 // watchAliveRemote is WatchAlive for a remote gate: the container must run

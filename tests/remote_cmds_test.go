@@ -74,8 +74,11 @@ func (e remoteEngine) objects(t *testing.T, ctx context.Context) []string {
 //     (not in the caller's own Podman), ls lists it, export gives them
 //     back, rm refuses while an exited sandbox there mounts it (its aisb
 //     cannot be judged from here) and removes it after;
-//   - gate status works; gate up and down, and run --gate, are refused with
-//     their reason and the fix, and create nothing.
+//   - gate up starts a long-lived gate on the engine's host (gate status
+//     lists it), a session through it (run --gate) reaches the allowed name
+//     and is refused the others (the refused name never resolved, a direct
+//     connection dropped), and gate down removes it and its follower with
+//     both decisions in `aisb audit`.
 func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remoteEngine) {
 	a.host = e.Host
 	env := append([]string{"AISB_TRACE=1"}, e.Env...)
@@ -214,20 +217,59 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		if r := aisb(t, "gate", "status"); r.Code != 0 || !strings.Contains(r.Stdout, "no gates running") {
 			t.Errorf("aisb gate status on %s's engine: %s", e.Name, r)
 		}
-		for _, args := range [][]string{{"gate", "up", "h4gate"}, {"gate", "down", "h4gate"}} {
-			r := aisb(t, args...)
-			for _, want := range []string{"podman at " + e.Host + " (CONTAINER_HOST) is not local", "a long-lived gate outlives `aisb gate up`",
-				"leave out --gate", "unset CONTAINER_HOST", notLocal} {
-				if r.Code == 0 || !strings.Contains(r.Stderr, want) {
-					t.Errorf("aisb %s on %s's engine: want refused with %q: %s", strings.Join(args, " "), e.Name, want, r)
-				}
+		// A long-lived gate on the engine's host, a session through it,
+		// and its audit complete once it is down. (The upstream is allowed
+		// by its address: the names a session's gate allows there are
+		// TestRemoteRun's.)
+		upstream := testhost.UpstreamAddr
+		// Control: the engine's host reaches the upstream without a sandbox.
+		if c := testhost.Run(t, e.Podman(ctx, "run", "--rm", "--network", "host", e.Base, "curl", "-sSk", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "https://"+upstream+"/")); c.Code != 0 || c.Stdout != "200" {
+			t.Fatalf("control: a plain container on %s's host network does not reach the upstream: %s", e.Name, c)
+		}
+		up := aisb(t, "gate", "up", "--allow", upstream, "h4gate")
+		t.Cleanup(func() { testhost.Run(t, e.Podman(context.Background(), "rm", "-f", "aisb-gate-h4gate")) })
+		if up.Code != 0 || !strings.Contains(up.Stdout, "gate h4gate listening on 127.0.0.1:") || !strings.Contains(up.Stdout, "on the engine's host ("+e.Host+", not local)") {
+			t.Fatalf("aisb gate up on %s's engine: %s", e.Name, up)
+		}
+		if ps := testhost.Run(t, e.Podman(ctx, "ps", "--format", "{{.Names}}")); !slices.Contains(strings.Fields(ps.Stdout), "aisb-gate-h4gate") {
+			t.Fatalf("the long-lived gate does not run on %s's engine: %s", e.Name, ps)
+		}
+		if st := aisb(t, "gate", "status"); st.Code != 0 || !strings.Contains(st.Stdout, "h4gate") || !strings.Contains(st.Stdout, "long-lived") {
+			t.Errorf("aisb gate status with the long-lived gate up on %s's engine: %s", e.Name, st)
+		}
+		mark := testhost.DNSMark(t)
+		r := aisb(t, "run", "--gate", "h4gate", "--harness", "shell", "--", "sh", "-c",
+			"curl -sSk --max-time 10 -o /dev/null -w 'allowed=%{http_code}\\n' https://"+upstream+"/; "+
+				"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://h4refused.test/; "+
+				"curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+upstream+"/; echo direct=$?")
+		for _, want := range []string{"allowed=200", "refusedname=403", "direct=7"} {
+			if r.Code != 0 || !strings.Contains(r.Stdout, want) {
+				t.Errorf("aisb run --gate h4gate on %s's engine: want %q: %s", e.Name, want, r)
 			}
 		}
-		r := aisb(t, "run", "--gate", "h4gate", "--harness", "shell", "--", "true")
-		if r.Code == 0 || !strings.Contains(r.Stderr, "--gate h4gate: not possible on a podman that is not local") {
-			t.Errorf("aisb run --gate on %s's engine: %s", e.Name, r)
+		if slices.Contains(testhost.DNSQueries(t, mark), "h4refused.test") {
+			t.Errorf("the refused name h4refused.test was resolved")
 		}
-		left(t, "the refused gate commands")
+		// The gate is down at once: what it logged is in the audit all the same.
+		start := time.Now()
+		down := aisb(t, "gate", "down", "h4gate")
+		t.Logf("gate down on %s's engine took %v", e.Name, time.Since(start).Round(time.Millisecond))
+		if down.Code != 0 || !strings.Contains(down.Stdout, "gate h4gate removed") {
+			t.Errorf("aisb gate down on %s's engine: %s", e.Name, down)
+		}
+		au := a.run(t, "audit", "--session", "h4gate")
+		for _, want := range []string{"ALLOWED  CONNECT " + upstream + ":443  200", "BLOCKED  CONNECT h4refused.test:443  403"} {
+			if !strings.Contains(au.Stdout, want) {
+				t.Errorf("aisb audit --session h4gate after gate down lacks %q: %s", want, au)
+			}
+		}
+		if pid := findProcess(a.bin, "internal-follow", "h4gate"); pid != 0 {
+			t.Errorf("the gate's follower (pid %d) outlived gate down", pid)
+		}
+		if r := aisb(t, "run", "--gate", "h4gate", "--harness", "shell", "--", "true"); r.Code == 0 || !strings.Contains(r.Stderr, "gate h4gate is not running") {
+			t.Errorf("aisb run --gate after gate down: %s", r)
+		}
+		left(t, "gate down")
 	})
 }
 

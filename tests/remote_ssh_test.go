@@ -36,14 +36,16 @@ type sshProbe struct {
 // removed, and Connect still calls it not local. Refused: a key the host
 // does not know, a host key known_hosts does not hold (and known_hosts is
 // not written: no trust on first use), a host key other than the pinned
-// one; and `aisb gate up` on it (a long-lived gate needs this host),
-// before any SSH connection. Controls: the
+// one. (aisb's commands on it, doctor, image, state and gate included, are
+// remoteCommandChecks's, run for a unix:// engine by TestRemoteEngineRefused;
+// Connect's refusal of ssh:// before it dials, for a command that needs a
+// local engine, is TestConnectRefusesBeforeAnyCall's.) Controls: the
 // caller cannot reach the service's socket on the filesystem (so only SSH
 // gets there), the two users read none of each other's files, and the
 // engine host reaches the test upstream.
 func TestRemoteSSHEngine(t *testing.T) {
 	parallel(t)
-	base := testBaseImage(t)
+	testhost.Require(t)
 	began := time.Now()
 	eu, err := user.Lookup(engineUser)
 	if err != nil {
@@ -212,17 +214,6 @@ func TestRemoteSSHEngine(t *testing.T) {
 	}
 
 	t.Logf("%v: refusals done", time.Since(began).Round(time.Millisecond))
-	// aisb gate up on that engine is refused as not local, before it dials.
-	logBefore := sshdConnections(t)
-	a := newAisb(t, base, "")
-	a.host = uri
-	d := a.runEnv(t, []string{"AISB_TRACE=1", "CONTAINER_SSHKEY=" + filepath.Join(dir, "id"), "AISB_SSH_KNOWN_HOSTS=" + known}, "gate", "up", "ssh-refused")
-	if d.Code == 0 || !strings.Contains(d.Stderr, "podman at "+uri+" (CONTAINER_HOST) is not local: the ssh:// scheme reaches a service elsewhere") {
-		t.Errorf("aisb gate up over ssh:// was not refused as not local: %s", d)
-	}
-	if n := sshdConnections(t); n != logBefore {
-		t.Errorf("the refused gate up connected to the engine host's sshd (%d connections, %d before)", n, logBefore)
-	}
 	t.Logf("the test's own work (after the shared base image): %v", time.Since(began).Round(time.Millisecond))
 }
 
@@ -249,13 +240,4 @@ func sshdSessions(t *testing.T, eu *user.User) int {
 		}
 	}
 	return n
-}
-
-// sshdConnections counts the connections the engine host's sshd logged.
-func sshdConnections(t *testing.T) int {
-	b, err := os.ReadFile(filepath.Join(testhost.EngineSSHDir, "sshd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Count(string(b), "Connection from ")
 }

@@ -61,7 +61,7 @@ func TestRemoteEngineRefused(t *testing.T) {
 		t.Fatalf("control: the engine user's service does not answer %s through %s: %s", testhost.User, sock, ping)
 	}
 
-	a := newAisb(t, base, "")
+	a := newAisb(t, base, dnsConfig())
 	// The premise: neither user reads the other's files.
 	if err := os.Chmod(a.project, 0o700); err != nil {
 		t.Fatal(err)
@@ -84,20 +84,12 @@ func TestRemoteEngineRefused(t *testing.T) {
 		t.Fatalf("control: the forwarder does not reach the engine: %s", ping)
 	}
 	a.host = "unix://" + fwd
-	if r := a.runEnv(t, []string{"AISB_TRACE=1"}, "gate", "up", "h4gate"); r.Code == 0 || !strings.Contains(r.Stderr, "(CONTAINER_HOST) is not local") || !strings.Contains(r.Stderr, "not by Podman") {
-		t.Errorf("aisb gate up through a same-user forwarder to %s's engine was not refused as one: %s", engineUser, r)
+	if r := a.runEnv(t, []string{"AISB_TRACE=1"}, "state", "ls"); r.Code != 0 || !strings.Contains(r.Stderr, "trace: engine at unix://"+fwd+" is not local") || !strings.Contains(r.Stderr, "not by Podman") {
+		t.Errorf("aisb state ls through a same-user forwarder to %s's engine did not go through its API as to one not local: %s", engineUser, r)
 	}
-	if r := a.runEnv(t, []string{"AISB_TRACE=1"}, "state", "ls"); r.Code != 0 || !strings.Contains(r.Stderr, "trace: engine at unix://"+fwd+" is not local") {
-		t.Errorf("aisb state ls through a same-user forwarder to %s's engine did not go through its API: %s", engineUser, r)
-	}
-
-	// Fail closed: no session begun here,
-	if ids := a.sessionIDs(t); len(ids) != 0 {
-		t.Errorf("the refused commands left session directories: %q", ids)
-	}
-	// and nothing made on the other engine.
+	// Nothing made on the other engine.
 	if after := engineObjects(t, ctx, eu); after != before {
-		t.Errorf("the refused commands left something on %s's engine:\nbefore: %s\nafter: %s", engineUser, before, after)
+		t.Errorf("state ls through the forwarder left something on %s's engine:\nbefore: %s\nafter: %s", engineUser, before, after)
 	}
 
 	// Control 1: the caller's own service, spelled unix://… as well.

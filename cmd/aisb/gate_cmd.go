@@ -18,6 +18,7 @@ import (
 	"github.com/aisb-dev/aisb/internal/config"
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/image"
+	"github.com/aisb-dev/aisb/internal/progs"
 	"github.com/aisb-dev/aisb/internal/reaper"
 )
 
@@ -103,11 +104,14 @@ func connectAny(c *cli.Context, e *appEnv) (*engine.Conn, error) {
 	return conn, nil
 }
 
-// needLongLived is why a long-lived gate needs a local engine (gate up,
-// down; run --gate refuses it too, session's checkRemote).
-const needLongLived = "a long-lived gate outlives `aisb gate up`: a process of this host follows its audit from the access log in its bind-mounted directory and its host's addresses from this host's, " +
-	"and sessions find it by its port on this host's loopback, while an engine elsewhere would run it on that host's loopback with nothing of this host to write its log to " +
-	"(a session's own gate does work there: leave out --gate)"
+// engineWhere is how a long-lived gate's record names the engine conn:
+// "" for a local one, else its URI.
+func engineWhere(conn *engine.Conn) string {
+	if conn.Locality().Local {
+		return ""
+	}
+	return conn.Address()
+}
 
 func gateUp(c *cli.Context, e *appEnv) error {
 	name, err := gateName(c)
@@ -119,7 +123,7 @@ func gateUp(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e, needLongLived)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
@@ -133,12 +137,28 @@ func gateUp(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	g, err := gate.Up(conn, gate.UpOptions{Name: name, Dir: e.paths.GateDir(name), Image: img, Allowlist: r.Allowlist, SSHHosts: r.SSHHosts,
-		DNS: r.Config.Network.Resolvers(), Follower: followerArgv(self, name, r.Config.Logs)})
+	o := gate.UpOptions{Name: name, Dir: e.paths.GateDir(name), Image: img, Allowlist: r.Allowlist, SSHHosts: r.SSHHosts,
+		DNS: r.Config.Network.Resolvers(), Follower: followerArgv(self, name, r.Config.Logs), Engine: engineWhere(conn)}
+	where := "on this host"
+	if o.Engine != "" {
+		// Through the API alone (gate/longremote.go): the probe picks its
+		// ports on the engine host's loopback.
+		arch, err := conn.Arch(c.Context)
+		if err != nil {
+			return err
+		}
+		probe, err := progs.Find(progs.GateHelper, arch, e.gateHelper)
+		if err != nil {
+			return err
+		}
+		o.Remote = &gate.Remote{Probe: probe}
+		where = "on the engine's host (" + o.Engine + ", not local)"
+	}
+	g, err := gate.Up(conn, o)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "gate %s listening on %s with %d allowed hosts and %d SSH hosts\n", name, g.Addr(), len(r.Allowlist), len(r.SSHHosts))
+	fmt.Fprintf(c.App.Writer, "gate %s listening on %s %s with %d allowed hosts and %d SSH hosts\n", name, g.Addr(), where, len(r.Allowlist), len(r.SSHHosts))
 	return nil
 }
 
@@ -147,12 +167,12 @@ func gateDown(c *cli.Context, e *appEnv) error {
 	if err != nil {
 		return err
 	}
-	conn, err := connectAndReap(c, e, needLongLived)
+	conn, err := connectAny(c, e)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := gate.Down(conn, name, e.paths.GateDir(name)); err != nil {
+	if err := gate.Down(conn, name, e.paths.GateDir(name), engineWhere(conn)); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "gate %s removed\n", name)
@@ -195,7 +215,8 @@ func followCommand(e *appEnv) *cli.Command {
 		Hidden: true,
 		Usage:  "follow a long-lived gate's access log into its audit file while it listens",
 		Flags: []cli.Flag{&cli.StringFlag{Name: "gate", Required: true}, &cli.IntFlag{Name: "port", Required: true},
-			&cli.Int64Flag{Name: "session-max"}, &cli.Int64Flag{Name: "total-max"}},
+			&cli.Int64Flag{Name: "session-max"}, &cli.Int64Flag{Name: "total-max"},
+			&cli.BoolFlag{Name: "remote", Usage: "the gate runs on CONTAINER_HOST, an engine that is not local: copy its logs through the API"}},
 		Action: func(c *cli.Context) error {
 			name := c.String("gate")
 			g, err := gate.Running(gate.Known{Session: name, Dir: e.paths.GateDir(name), Port: c.Int("port")})
@@ -204,16 +225,49 @@ func followCommand(e *appEnv) *cli.Command {
 			}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 			defer cancel()
+			var conn *engine.Conn
+			if c.Bool("remote") {
+				// The copy of the logs goes first: the audit follower reads it.
+				if conn, err = engine.Connect(ctx, e.where); err != nil {
+					return err
+				}
+				defer conn.Close()
+				if conn.Locality().Local {
+					return fmt.Errorf("gate %s: --remote, but podman at %s is local", name, conn.Address())
+				}
+				if err := g.FollowRemote(conn); err != nil {
+					return err
+				}
+			}
 			lim := audit.AuditLimits{Session: c.Int64("session-max"), Total: c.Int64("total-max")}
 			aud, err := audit.OpenAudit(e.paths.AuditDir(), name, lim)
 			if err != nil {
 				return err
 			}
 			stop := gate.FollowAudit(ctx, g, aud, e.logf)
+			if conn != nil {
+				// Alive is its container running (the engine host's
+				// socket table is not this host's); once it is not, the
+				// copy of its logs is completed, then the audit.
+				for misses := 0; misses < 2 && ctx.Err() == nil; {
+					select {
+					case <-ctx.Done():
+					case <-time.After(250 * time.Millisecond):
+					}
+					if g.Runs() {
+						misses = 0
+					} else {
+						misses++
+					}
+				}
+				lerr := g.EndRemote(5 * time.Second)
+				cancel()
+				return errors.Join(lerr, stop(), aud.Close())
+			}
 			// A long-lived gate follows the host's addresses and on-link
 			// prefixes; Podman is reached only when they change.
 			go gate.WatchHost(ctx, g, gate.WatchEvery, func() error {
-				conn, err := engine.Connect(ctx, e.local(needLongLived))
+				conn, err := engine.Connect(ctx, e.local(""))
 				if err != nil {
 					return err
 				}

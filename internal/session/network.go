@@ -208,7 +208,13 @@ type sessionGate struct {
 func (r *run) openGate(ctx context.Context) (*sessionGate, error) {
 	o, cfg := r.o, r.o.Config.Config
 	if o.GateName != "" {
-		g, err := gate.Find(r.c, o.GateName, o.Paths.GateDir(o.GateName))
+		where := ""
+		if r.remote {
+			// On the engine's host, found through its API
+			// (gate/longremote.go).
+			where = r.c.Address()
+		}
+		g, err := gate.Find(r.c, o.GateName, o.Paths.GateDir(o.GateName), where)
 		if err != nil {
 			return nil, err
 		}

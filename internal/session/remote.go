@@ -38,8 +38,6 @@ func checkRemote(o Options, r *run) error {
 		return fmt.Errorf("%s: %w (the engine cannot see this host's files or sockets); %s", what, ErrRemoteUnsupported, fix)
 	}
 	switch {
-	case o.GateName != "":
-		return refuse("--gate "+o.GateName, "leave out --gate: the session starts its own gate on the engine's host")
 	case cfg.Network.Ask:
 		return refuse("ask mode (--ask, network.ask)", "list the hosts with --allow instead")
 	case r.ssh.agentSock != "":
