@@ -270,6 +270,49 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 			t.Errorf("aisb run --gate after gate down: %s", r)
 		}
 		left(t, "gate down")
+
+		// Fail closed: a long-lived gate that dies under a session stops
+		// its sandbox; gate down then removes what is left of it.
+		if up := aisb(t, "gate", "up", "--allow", upstream, "h4gate"); up.Code != 0 {
+			t.Fatalf("aisb gate up again on %s's engine: %s", e.Name, up)
+		}
+		gctx, gcancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer gcancel()
+		cmd := a.harness().Command(t, gctx, e.Host, env, "run", "--gate", "h4gate", "--harness", "shell", "--", "sleep", "600")
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		err := testhost.WaitFor(time.Minute, func() error {
+			ps := testhost.Run(t, e.Podman(ctx, "ps", "--filter", "label=io.aisb.kind=sandbox", "--format", "{{.Names}}"))
+			if strings.TrimSpace(ps.Stdout) == "" {
+				return errors.New("no sandbox runs yet")
+			}
+			return nil
+		})
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("the session through h4gate never ran on %s's engine: %v\n%s", e.Name, err, out.String())
+		}
+		time.Sleep(time.Second) // the sandbox's command runs, the watch began
+		start = time.Now()
+		if k := testhost.Run(t, e.Podman(ctx, "kill", "aisb-gate-h4gate")); k.Code != 0 {
+			t.Fatalf("kill the long-lived gate as %s: %s", e.Name, k)
+		}
+		werr := cmd.Wait()
+		t.Logf("aisb run --gate ended %v after the long-lived gate was killed on %s's engine: %v", time.Since(start).Round(time.Millisecond), e.Name, werr)
+		if werr == nil || !strings.Contains(out.String(), "so it stops the sandbox") {
+			t.Errorf("aisb run --gate after its gate was killed: %v\n%s", werr, out.String())
+		}
+		if down := aisb(t, "gate", "down", "h4gate"); down.Code != 0 {
+			t.Errorf("aisb gate down of the killed gate on %s's engine: %s", e.Name, down)
+		}
+		if pid := findProcess(a.bin, "internal-follow", "h4gate"); pid != 0 {
+			t.Errorf("the killed gate's follower (pid %d) outlived gate down", pid)
+		}
+		left(t, "the killed gate's gate down")
 	})
 }
 

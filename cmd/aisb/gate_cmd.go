@@ -69,21 +69,6 @@ func gateName(c *cli.Context) (string, error) {
 	return name, nil
 }
 
-// connectAndReap connects to a local Podman (need says why the command
-// needs one, engine.ErrNotLocal otherwise) and removes what dead sessions
-// left.
-func connectAndReap(c *cli.Context, e *appEnv, need string) (*engine.Conn, error) {
-	if e.pathsErr != nil {
-		return nil, e.pathsErr
-	}
-	conn, err := engine.Connect(c.Context, e.local(need))
-	if err != nil {
-		return nil, err
-	}
-	reaper.Reap(conn, e.logf)
-	return conn, nil
-}
-
 // connectAny connects to Podman wherever it is, for a command that works
 // through its API alone (docs/remote.md). What dead sessions left is swept
 // on a local engine only: the sweep judges containers by whether their
@@ -267,7 +252,7 @@ func followCommand(e *appEnv) *cli.Command {
 			// A long-lived gate follows the host's addresses and on-link
 			// prefixes; Podman is reached only when they change.
 			go gate.WatchHost(ctx, g, gate.WatchEvery, func() error {
-				conn, err := engine.Connect(ctx, e.local(""))
+				conn, err := engine.Connect(ctx, e.local("a local gate's follower reconfigures it for this host's addresses"))
 				if err != nil {
 					return err
 				}
