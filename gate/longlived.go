@@ -47,10 +47,14 @@ func Up(c engine.Engine, o UpOptions) (*Gate, error) {
 	if o.Remote == nil {
 		o.Engine = ""
 	}
-	if _, err := Find(c, o.Name, o.Dir, o.Engine); err == nil || errors.Is(err, ErrOtherEngine) {
-		if err != nil {
+	// A gate of this name recorded on another engine may still run there,
+	// its follower here: its record is not overwritten.
+	if rec, err := ReadRecord(o.Dir); err == nil {
+		if err := checkEngine(o.Name, rec, o.Engine); err != nil {
 			return nil, fmt.Errorf("gate up: %w", err)
 		}
+	}
+	if _, err := Find(c, o.Name, o.Dir, o.Engine); err == nil {
 		return nil, fmt.Errorf("gate up: %s is already running; aisb gate down %s first", o.Name, o.Name)
 	}
 	if err := engine.Remove(context.TODO(), c, ContainerName(o.Name)); err != nil {
