@@ -1,6 +1,6 @@
 package gate
 
-// (One file of about 380 lines: the probe, the copy of the gate's files,
+// (One file of about 440 lines: the probe, the copy of the gate's files,
 // its logs and its life are one path, each step what the next relies on.)
 //
 // A gate on an engine that is not local (engine.Locality: another user's

@@ -1,7 +1,9 @@
 // remoteCommandChecks: the commands besides `aisb run` on an engine that is
 // not local (issue #29 item 4), written once for any such engine:
 // TestRemoteEngineRefused runs them on another user's service reached as
-// unix://…, and the ssh:// engine's test can run them with its URI.
+// unix://…, and the ssh:// engine's test can run them with its URI. One
+// file of about 340 lines: the checks share one engine, one project and the
+// images doctor builds first, in that order.
 
 package tests
 
