@@ -3,8 +3,11 @@ package gate
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aisb-dev/aisb/internal/engine/enginefake"
 )
 
 // TestRecordEngine: a long-lived gate's record names the engine that is
@@ -37,5 +40,52 @@ func TestRecordEngine(t *testing.T) {
 	}
 	if err := checkEngine("shared", local, ""); err != nil {
 		t.Errorf("a local gate reached locally: %v", err)
+	}
+}
+
+// TestDownRemote: gate down of a gate on an engine that is not local kills
+// it and waits for it before removing it (its follower completes the copy
+// of its logs in between), forgets its record; reached from another
+// engine, it touches nothing.
+func TestDownRemote(t *testing.T) {
+	f := enginefake.New()
+	dir := filepath.Join(t.TempDir(), "shared")
+	uri := "ssh://u@h/run/user/1/podman/podman.sock"
+	s, _ := Spec(Options{Session: "shared", Dir: dir, Image: "aisb-gate:x", Remote: &Remote{}})
+	if _, err := f.ContainerCreate(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	f.ContainerStart(t.Context(), s.Name)
+	if err := WriteRecord(dir, Record{Port: 4000, Token: strings.Repeat("ab", 16), Engine: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Down(f, "shared", dir, ""); !errors.Is(err, ErrOtherEngine) {
+		t.Fatalf("gate down from the local engine: %v", err)
+	}
+	if names := f.ContainerNames(); len(names) != 1 {
+		t.Fatalf("the refused gate down removed the gate: %q", names)
+	}
+	if _, err := ReadRecord(dir); err != nil {
+		t.Fatalf("the refused gate down forgot the record: %v", err)
+	}
+	if err := Down(f, "shared", dir, uri); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, l := range f.Log() {
+		for _, m := range []string{"ContainerKill", "ContainerWait", "ContainerRemove"} {
+			if strings.HasPrefix(l, m+" ") && strings.Contains(l, " "+s.Name) && !slices.Contains(order, m) {
+				order = append(order, m)
+			}
+		}
+	}
+	if want := []string{"ContainerKill", "ContainerWait", "ContainerRemove"}; !slices.Equal(order, want) {
+		t.Errorf("gate down's calls %q, want %q (%q)", order, want, f.Log())
+	}
+	if names := f.ContainerNames(); len(names) != 0 {
+		t.Errorf("left %q", names)
+	}
+	if _, err := ReadRecord(dir); !errors.Is(err, ErrNoRecord) {
+		t.Errorf("the record after gate down: %v", err)
 	}
 }
