@@ -8,14 +8,17 @@ package gate
 // directory on this host, where the audit follower reads them as it reads
 // a local gate's, for as long as the container runs (alive is that
 // container running: the engine host's socket table is not aisb's to
-// read). `gate down` kills the container, waits for the follower to have
-// copied the logs to their end (completeLogs), and only then removes it.
+// read); should the logs' stream end early while it runs (the connection
+// to the engine dropped), the copy resumes where it was (ResumeLogs).
+// `gate down` kills the container, waits for the follower to have copied
+// the logs to their end (completeLogs), and only then removes it.
 // The engine host's addresses are read once, by the probe.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/containers/podman/v5/libpod/define"
@@ -39,8 +42,66 @@ func (g *Gate) FollowRemote(c engine.Engine) error {
 	return nil
 }
 
-// Runs says whether the remote gate's container runs.
-func (g *Gate) Runs() bool { return g.running(g.remote) }
+// Runs says whether the remote gate's container runs; an error is an
+// engine that did not answer, which says nothing either way.
+func (g *Gate) Runs() (bool, error) {
+	data, err := g.remote.ContainerInspect(context.TODO(), g.Name)
+	if engine.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return data.State != nil && data.State.Running, nil
+}
+
+// ResumeLogs restarts the copy of the remote gate's logs if its stream
+// ended early (the connection to the engine dropped) while the container
+// runs: the logs are asked again from the container's start and what the
+// copy already holds is skipped, so the audit has no gap. It reports
+// whether it restarted the stream.
+func (g *Gate) ResumeLogs() bool {
+	l := g.logs
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.done:
+	default:
+		return false
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &remoteLogs{done: make(chan struct{}), cancel: cancel, acc: l.acc, cache: l.cache, out: l.out, errs: l.errs}
+	g.logs = n
+	go func() {
+		defer close(n.done)
+		out := &skipWriter{w: &n.out, skip: n.out.n}
+		errs := &skipWriter{w: &n.errs, skip: n.errs.n}
+		n.err = g.remote.ContainerLogs(ctx, g.Name, true, out, errs)
+	}()
+	return true
+}
+
+// skipWriter drops the first skip bytes written to it, then writes to w.
+type skipWriter struct {
+	w    io.Writer
+	skip int64
+}
+
+func (s *skipWriter) Write(p []byte) (int, error) {
+	all := len(p)
+	if s.skip > 0 {
+		k := min(int64(len(p)), s.skip)
+		s.skip -= k
+		p = p[k:]
+	}
+	if len(p) > 0 {
+		if _, err := s.w.Write(p); err != nil {
+			return 0, err
+		}
+	}
+	return all, nil
+}
 
 // EndRemote completes the copy of the remote gate's logs once its
 // container has exited (within bounds the wait), and closes it.

@@ -2,10 +2,12 @@ package gate
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aisb-dev/aisb/internal/engine/enginefake"
 )
@@ -87,5 +89,43 @@ func TestDownRemote(t *testing.T) {
 	}
 	if _, err := ReadRecord(dir); !errors.Is(err, ErrNoRecord) {
 		t.Errorf("the record after gate down: %v", err)
+	}
+}
+
+// TestResumeLogs: a remote gate's log stream that ended while the gate runs
+// (the connection dropped) is resumed from the container's start with what
+// the copy holds skipped: each line once in access.log and cache.log.
+func TestResumeLogs(t *testing.T) {
+	f := enginefake.New()
+	dir := t.TempDir()
+	s, _ := Spec(Options{Session: "resume", Dir: dir, Image: "aisb-gate:x", Remote: &Remote{}})
+	f.Output(enginefake.Name(s.Name), []byte("line 1\nline 2\n"), []byte("cache 1\n"))
+	if _, err := f.ContainerCreate(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	f.ContainerStart(t.Context(), s.Name)
+	g, err := Running(Known{Session: "resume", Dir: dir, Port: 4000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.FollowRemote(f); err != nil {
+		t.Fatal(err)
+	}
+	<-g.logs.done // the fake's stream ends at once: as a dropped one would
+	if !g.ResumeLogs() {
+		t.Fatal("the ended stream was not resumed")
+	}
+	<-g.logs.done
+	if !g.ResumeLogs() {
+		t.Fatal("a second ended stream was not resumed")
+	}
+	<-g.logs.done
+	// The fake's container still runs: the wait for its exit ends, and
+	// the copy is closed as it is.
+	g.EndRemote(100 * time.Millisecond)
+	for name, want := range map[string]string{"access.log": "line 1\nline 2\n", "cache.log": "cache 1\n"} {
+		if b, _ := os.ReadFile(filepath.Join(dir, name)); string(b) != want {
+			t.Errorf("%s after the resumes: %q, want %q", name, b, want)
+		}
 	}
 }

@@ -239,9 +239,16 @@ func followCommand(e *appEnv) *cli.Command {
 					case <-ctx.Done():
 					case <-time.After(250 * time.Millisecond):
 					}
-					if g.Runs() {
+					runs, err := g.Runs()
+					switch {
+					case err != nil:
+						// The engine did not answer: nothing known.
+					case runs:
 						misses = 0
-					} else {
+						if g.ResumeLogs() {
+							e.logf("gate %s: the stream of its logs ended while it runs; resumed where the copy was", name)
+						}
+					default:
 						misses++
 					}
 				}
