@@ -54,7 +54,7 @@ func TestRemoteSharedPath(t *testing.T) {
 			t.Errorf("run: stderr lacks %q: %s", want, r.Stderr)
 		}
 	}
-	for _, unwanted := range []string{"review session", "project copied to the engine", "project volume created"} {
+	for _, unwanted := range []string{"this is a review session", "project copied to the engine", "project volume created"} {
 		if strings.Contains(r.Stderr, unwanted) {
 			t.Errorf("run: stderr says %q: %s", unwanted, r.Stderr)
 		}
