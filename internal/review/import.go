@@ -317,3 +317,21 @@ func (s *Session) Sent() (paths []string, ok bool, err error) {
 }
 
 func (s *Session) sentPath() string { return filepath.Join(s.Dir, "sent.json") }
+
+// RecordImportFailure keeps why the copy's changes could not all be
+// brought back into the layer, for aisb review to say (and --apply to
+// refuse: the layer may hold only part of them).
+func (s *Session) RecordImportFailure(why string) error {
+	return writeJSON(s.importFailurePath(), why)
+}
+
+// ImportFailure is what RecordImportFailure kept; "" for none.
+func (s *Session) ImportFailure() string {
+	var why string
+	if err := readJSON(s.importFailurePath(), &why); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err.Error()
+	}
+	return why
+}
+
+func (s *Session) importFailurePath() string { return filepath.Join(s.Dir, "import-failed.json") }

@@ -131,7 +131,12 @@ func (r *run) importChanges() {
 	st, err := review.Import(r.rv.Upper(), r.rv.Meta.Project, pr, r.sent)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
-		r.o.Logf("review: the agent's changes could not be brought back from the engine: %v", err)
+		// The copy stays: it holds what the review's layer may lack.
+		r.o.Logf("review: the agent's changes could not all be brought back from the engine: %v; the copy is kept in volume %s there", err, r.projectVol)
+		if rerr := r.rv.RecordImportFailure(fmt.Sprintf("%v; the copy is kept in volume %s on the engine", err, r.projectVol)); rerr != nil {
+			r.o.Logf("review: %v", rerr)
+		}
+		r.projectVol = ""
 		return
 	}
 	r.trace(fmt.Sprintf("review: the copy's changes brought back (%d changed or new, %d deleted)", st.Changed, st.Deleted))

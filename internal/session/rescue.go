@@ -8,7 +8,8 @@ package session
 // writes the changes into the session's review layer (review.Import, as
 // importChanges does), before the containers and the volume go; `aisb
 // review SESSION` then shows them. Where that fails the sandbox and the
-// volume are kept, so the copy is not lost with them.
+// volume are kept, so the copy is not lost with them, and `aisb review`
+// says so (review.RecordImportFailure).
 
 import (
 	"context"
@@ -48,6 +49,13 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	if !ok {
 		return false, nil
 	}
+	// From here on the copy holds the agent's work: what keeps it on the
+	// engine is said where aisb review reads it.
+	defer func() {
+		if keep && err != nil {
+			err = errors.Join(err, rv.RecordImportFailure(err.Error()))
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), rescueWait)
 	defer cancel()
 	c, err := engine.Connect(ctx, where)
@@ -79,7 +87,7 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	_, err = review.Import(rv.Upper(), rv.Meta.Project, pr, sent)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
-		return true, fmt.Errorf("bring back the agent's changes of session %s (its sandbox %s and volume %s are kept): %w", id, box, ProjectVolume(id), err)
+		return true, fmt.Errorf("bring back the agent's changes of session %s after its aisb died (its sandbox %s and the copy, volume %s, are kept on the engine): %w", id, box, ProjectVolume(id), err)
 	}
 	// No overlay ran: its work directory is empty (endReview).
 	if err := os.Remove(rv.Work()); err != nil && !errors.Is(err, os.ErrNotExist) {
