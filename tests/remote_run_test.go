@@ -27,7 +27,11 @@ import (
 // and a direct connection are refused, and both decisions are in the
 // caller's `aisb audit`; --net none reaches nothing, --net open reaches the
 // upstream directly; a credential's key reaches the upstream, never the
-// sandbox. The agent sees a copy of the project, without what
+// sandbox. Whether the engine sees the project at the same path is
+// checked, and it does not: not at all (the project is 0700), not as the
+// caller (opened to it, its files would be its uid's), not the same
+// directory (another one mounted at that path in its namespace). The
+// agent sees a copy of the project, without what
 // git ignores, and its changes reach the caller's project only through
 // aisb review --apply (a remote session is a review session). After
 // each run, and after a SIGKILL of aisb, nothing of the session is left on
@@ -158,6 +162,39 @@ func TestRemoteRun(t *testing.T) {
 			if strings.HasPrefix(e.Name(), ".aisb-pathcheck") {
 				t.Errorf("the path check left %s in the project", e.Name())
 			}
+		}
+		noneLeft(t, ctx, eu)
+	})
+
+	t.Run("another directory", func(t *testing.T) {
+		// The engine has a directory at the project's path that is not the
+		// project: a tmpfs mounted over that path in the engine user's own
+		// mount namespace (podman unshare), which the caller never sees.
+		// The check finds no token there: not shared, the copy.
+		mount := asEngine(ctx, eu, "podman", "unshare", "sh", "-c", `mount -t tmpfs -o size=1m aisb-decoy "$1" && echo decoy > "$1/decoy.txt"`, "sh", a.project)
+		if r := testhost.Run(t, mount); r.Code != 0 {
+			t.Fatalf("mount a decoy over %s in %s's namespace: %s", a.project, engineUser, r)
+		}
+		defer func() {
+			if r := testhost.Run(t, asEngine(ctx, eu, "podman", "unshare", "umount", a.project)); r.Code != 0 {
+				t.Errorf("unmount the decoy: %s", r)
+			}
+		}()
+		// Controls: a container of the engine sees a directory there, the
+		// decoy; the caller's project is another.
+		if r := testhost.Run(t, asEngine(ctx, eu, "podman", "run", "--rm", "--network=none", "-v", a.project+":/p", base, "cat", "/p/decoy.txt")); r.Code != 0 || r.Stdout != "decoy\n" {
+			t.Fatalf("control: %s's container does not see the decoy at %s: %s", engineUser, a.project, r)
+		}
+		if _, err := os.Stat(filepath.Join(a.project, "decoy.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("control: the caller sees the decoy: %v", err)
+		}
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c", "cat kept.txt; test -e decoy.txt; echo decoy=$?")
+		if r.Code != 0 || !strings.Contains(r.Stdout, "from the caller") || !strings.Contains(r.Stdout, "decoy=1") {
+			t.Errorf("run on %s's engine with another directory at the project's path: %s", engineUser, r)
+		}
+		if !strings.Contains(r.Stderr, "project path checked on the engine: not shared (there is a directory at that path there, but without aisb's token: it is another directory of that name)") ||
+			!strings.Contains(r.Stderr, "project copied to the engine") {
+			t.Errorf("the check did not find the other directory: %s", r.Stderr)
 		}
 		noneLeft(t, ctx, eu)
 	})

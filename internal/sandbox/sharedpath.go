@@ -28,6 +28,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -56,6 +57,10 @@ type PathVerdict struct {
 	Why    string // how it was shown, or what failed
 	Took   time.Duration
 }
+
+// exitNoToken is the check container's exit when the mounted directory
+// has no marker of that name.
+const exitNoToken = 3
 
 // PathCheckName is the check's container for session.
 func PathCheckName(session string) string { return "aisb-pathcheck-" + session }
@@ -114,6 +119,9 @@ func checkShared(c engine.Engine, o PathCheck) (bool, string) {
 	if err != nil {
 		return false, "a container there mounting it did not end: " + termsafe.Printable(err.Error())
 	}
+	if code == exitNoToken {
+		return false, "there is a directory at that path there, but without aisb's token: it is another directory of that name"
+	}
 	if code != 0 {
 		var out firstBytes
 		c.ContainerLogs(ctx, s.Name, false, &out, &out)
@@ -130,7 +138,7 @@ func pathCheckSpec(o PathCheck) (*specgen.SpecGenerator, error) {
 	s := specgen.NewSpecGenerator(o.Image, false)
 	s.Name = PathCheckName(o.Session)
 	m := "/project/" + PathMarker(o.Session)
-	s.Entrypoint = []string{"/bin/sh", "-c", `cat -- "$1" >"$2"`, "sh", m, m + ".reply"}
+	s.Entrypoint = []string{"/bin/sh", "-c", `test -e "$1" || exit ` + strconv.Itoa(exitNoToken) + `; cat -- "$1" >"$2"`, "sh", m, m + ".reply"}
 	s.Command = []string{}
 	s.User = fmt.Sprintf("%d:%d", contract.AgentUID, contract.AgentGID)
 	userns, err := specgen.ParseUserNamespace(userNS)
