@@ -19,6 +19,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/containers/podman/v5/libpod/define"
+
 	"github.com/aisb-dev/aisb/internal/engine"
 	"github.com/aisb-dev/aisb/internal/review"
 	"github.com/aisb-dev/aisb/internal/sandbox"
@@ -42,6 +44,14 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	if err != nil {
 		return true, err
 	}
+	defer func() {
+		if !keep {
+			// No overlay ran on a copy: its work directory is empty, and
+			// goes (os.Remove takes only an empty one: a local overlay's
+			// is left for aisb review's scrub).
+			os.Remove(rv.Work())
+		}
+	}()
 	sent, ok, err := rv.Sent()
 	if err != nil {
 		return true, err
@@ -67,11 +77,20 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 		return err != nil, err
 	}
 	box := sandbox.ContainerName(id)
-	if err := c.ContainerKill(ctx, box, "KILL"); err != nil && engine.IsNotFound(err) {
+	in, err := c.ContainerInspect(ctx, box)
+	switch {
+	case engine.IsNotFound(err):
 		// aisb removed its sandbox after it brought the changes back.
 		return false, nil
+	case err != nil:
+		return true, fmt.Errorf("bring back the agent's changes of session %s: %w", id, err)
+	case in.State == nil || in.State.Status == define.ContainerStateCreated.String() || in.State.Status == define.ContainerStateConfigured.String():
+		// Never started: the copy is what was sent.
+		return false, nil
 	}
-	if _, err := c.ContainerWait(ctx, box); err != nil {
+	// An exited sandbox cannot be killed (an error): the wait tells.
+	c.ContainerKill(ctx, box, "KILL")
+	if _, err := c.ContainerWait(ctx, box, define.ContainerStateExited, define.ContainerStateStopped); err != nil {
 		return true, fmt.Errorf("bring back the agent's changes of session %s: stop its sandbox: %w", id, err)
 	}
 	// The layer is Import's alone (no overlay ran): what an import cut
@@ -88,10 +107,6 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
 		return true, fmt.Errorf("bring back the agent's changes of session %s after its aisb died (its sandbox %s and the copy, volume %s, are kept on the engine): %w", id, box, ProjectVolume(id), err)
-	}
-	// No overlay ran: its work directory is empty (endReview).
-	if err := os.Remove(rv.Work()); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("review: %w", err)
 	}
 	return false, nil
 }
