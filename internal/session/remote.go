@@ -5,13 +5,16 @@ package session
 // there, so the sandbox's policy and the gate's files are copied into the
 // created containers, the gate's ports and the engine host's addresses are
 // read there by a probe, the audit comes back through the API (gate's
-// remote.go), and the project is copied into a volume on the engine's host
+// remote.go), and the project is bind-mounted where a check through the
+// engine shows that it sees the project at the same path (checkShared,
+// sandbox's sharedpath.go), else copied into a volume on the engine's host
 // (sandbox's remote.go), removed when the session ends. What needs this
 // host's files or sockets there is refused before anything is created
 // (checkRemote); the sweep of dead sessions does not run (it judges by this
 // host's processes), nor does the hand-over of the gate to the watchdog
-// (aisb finishes the audit itself; after a SIGKILL the watchdog removes
-// the containers and the volume by name, Abandoned).
+// (aisb finishes the audit itself; after a SIGKILL the watchdog brings the
+// copy's changes into the review's layer, then removes the containers and
+// the volume by name: Abandoned, rescue.go).
 
 import (
 	"context"
