@@ -1,4 +1,4 @@
-// TestRemoteRun and its helpers, in one file of about 300 lines: one
+// TestRemoteRun and its helpers, in one file of about 390 lines: one
 // engine user's service, one project and one set of controls are shared
 // by the modes, the review, the credential and the leftovers' checks.
 
