@@ -1,4 +1,4 @@
-// TestRemoteRun and its helpers, in one file of about 300 lines: one
+// TestRemoteRun and its helpers, in one file of about 390 lines: one
 // engine user's service, one project and one set of controls are shared
 // by the modes, the review, the credential and the leftovers' checks.
 
@@ -27,7 +27,11 @@ import (
 // and a direct connection are refused, and both decisions are in the
 // caller's `aisb audit`; --net none reaches nothing, --net open reaches the
 // upstream directly; a credential's key reaches the upstream, never the
-// sandbox. The agent sees a copy of the project, without what
+// sandbox. Whether the engine sees the project at the same path is
+// checked, and it does not: not at all (the project is 0700), not as the
+// caller (opened to it, its files would be its uid's), not the same
+// directory (another one mounted at that path in its namespace). The
+// agent sees a copy of the project, without what
 // git ignores, and its changes reach the caller's project only through
 // aisb review --apply (a remote session is a review session). After
 // each run, and after a SIGKILL of aisb, nothing of the session is left on
@@ -87,8 +91,13 @@ func TestRemoteRun(t *testing.T) {
 				t.Errorf("run --allow remote.test: want %q: %s", want, r)
 			}
 		}
+		// The engine user cannot see the caller's project (0700): the
+		// path check says "not shared" (its container cannot enter the
+		// mounted project), so it is a copy.
 		for _, want := range []string{"trace: engine at " + a.host + " is not local", "engine not local", "gate ready", "project copied to the engine",
-			"this is a review session; the project is copied to volume aisb-project-", "review: the copy's changes brought back (1 changed or new, 0 deleted)"} {
+			"project path checked on the engine: not shared (a container there ",
+			"the project is not shared with it (", "this is a review session; the project is copied to volume aisb-project-",
+			"review: the copy's changes brought back (1 changed or new, 0 deleted)"} {
 			if !strings.Contains(r.Stderr, want) {
 				t.Errorf("run --allow remote.test: stderr lacks %q: %s", want, r.Stderr)
 			}
@@ -129,10 +138,63 @@ func TestRemoteRun(t *testing.T) {
 	})
 
 	t.Run("none", func(t *testing.T) {
-		r := a.run(t, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
+		// The project open to everyone for this run: the engine user's
+		// container sees it at the same path and writes beside aisb's
+		// token, but as the engine user, so the agent's files would not
+		// be the caller's: not shared, the copy.
+		if err := os.Chmod(a.project, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
 			"cat kept.txt; curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+up+"/; echo direct=$?")
+		if err := os.Chmod(a.project, 0o700); err != nil {
+			t.Fatal(err)
+		}
 		if r.Code != 0 || !strings.Contains(r.Stdout, "from the caller") || !strings.Contains(r.Stdout, "direct=7") {
 			t.Errorf("run --net none on %s's engine: %s", engineUser, r)
+		}
+		uidWord := "a container there sees the project, but what the agent writes there is uid " + eu.Uid + "'s here, not yours"
+		if !strings.Contains(r.Stderr, "project path checked on the engine: not shared ("+uidWord) || !strings.Contains(r.Stderr, "project copied to the engine") {
+			t.Errorf("run on %s's engine with the project open to it: the check did not refuse the engine user's uid: %s", engineUser, r.Stderr)
+		}
+		ents, _ := os.ReadDir(a.project)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".aisb-pathcheck") {
+				t.Errorf("the path check left %s in the project", e.Name())
+			}
+		}
+		noneLeft(t, ctx, eu)
+	})
+
+	t.Run("another directory", func(t *testing.T) {
+		// The engine has a directory at the project's path that is not the
+		// project: a tmpfs mounted over that path in the engine user's own
+		// mount namespace (podman unshare), which the caller never sees.
+		// The check finds no token there: not shared, the copy.
+		mount := asEngine(ctx, eu, "podman", "unshare", "sh", "-c", `mount -t tmpfs -o size=1m aisb-decoy "$1" && echo decoy > "$1/decoy.txt"`, "sh", a.project)
+		if r := testhost.Run(t, mount); r.Code != 0 {
+			t.Fatalf("mount a decoy over %s in %s's namespace: %s", a.project, engineUser, r)
+		}
+		defer func() {
+			if r := testhost.Run(t, asEngine(ctx, eu, "podman", "unshare", "umount", a.project)); r.Code != 0 {
+				t.Errorf("unmount the decoy: %s", r)
+			}
+		}()
+		// Controls: a container of the engine sees a directory there, the
+		// decoy; the caller's project is another.
+		if r := testhost.Run(t, asEngine(ctx, eu, "podman", "run", "--rm", "--network=none", "-v", a.project+":/p", base, "cat", "/p/decoy.txt")); r.Code != 0 || r.Stdout != "decoy\n" {
+			t.Fatalf("control: %s's container does not see the decoy at %s: %s", engineUser, a.project, r)
+		}
+		if _, err := os.Stat(filepath.Join(a.project, "decoy.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("control: the caller sees the decoy: %v", err)
+		}
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c", "cat kept.txt; test -e decoy.txt; echo decoy=$?")
+		if r.Code != 0 || !strings.Contains(r.Stdout, "from the caller") || !strings.Contains(r.Stdout, "decoy=1") {
+			t.Errorf("run on %s's engine with another directory at the project's path: %s", engineUser, r)
+		}
+		if !strings.Contains(r.Stderr, "project path checked on the engine: not shared (there is a directory at that path there, but without aisb's token: it is another directory of that name)") ||
+			!strings.Contains(r.Stderr, "project copied to the engine") {
+			t.Errorf("the check did not find the other directory: %s", r.Stderr)
 		}
 		noneLeft(t, ctx, eu)
 	})
@@ -218,11 +280,18 @@ env = "TEST_API_KEY"
 	})
 
 	t.Run("sigkill", func(t *testing.T) {
+		// The agent writes a file, then sleeps; after a SIGKILL of aisb,
+		// the watchdog brings the file from the project's copy into the
+		// review's layer before it removes the copy: nothing is lost.
 		marker := fmt.Sprintf("remote-kill-%d", time.Now().UnixNano())
 		kctx, kcancel := context.WithCancel(ctx)
 		defer kcancel()
-		cmd := testhost.UserCommand(kctx, a.command(t, kctx, "run", "--allow", "remote.test", "--harness", "shell", "--", "sh", "-c", "sleep 600; : "+marker)...)
+		before := a.sessionIDs(t)
+		cmd := testhost.UserCommand(kctx, a.command(t, kctx, "run", "--allow", "remote.test", "--harness", "shell", "--", "sh", "-c",
+			"echo before the kill > killed.txt; echo written; sleep 600; : "+marker)...)
 		cmd.Dir = a.project
+		var out syncBuffer
+		cmd.Stdout = &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -235,6 +304,9 @@ env = "TEST_API_KEY"
 			if pid = findProcess(a.bin, " run ", marker); pid == 0 {
 				return errors.New("no aisb run process")
 			}
+			if !strings.Contains(out.String(), "written") {
+				return errors.New("the agent has not written its file yet")
+			}
 			return nil
 		})
 		if err != nil {
@@ -245,7 +317,25 @@ env = "TEST_API_KEY"
 		if err := testhost.WaitFor(30*time.Second, func() error { return empty(engineSession(t, ctx, eu)) }); err != nil {
 			t.Fatalf("30 s after SIGKILL of aisb the session is still on the engine: %v", err)
 		}
-		t.Logf("after SIGKILL of aisb, the watchdog removed the session from the engine in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("after SIGKILL of aisb, the watchdog brought the changes back and removed the session from the engine in %v", time.Since(start).Round(time.Millisecond))
+		var id string
+		for _, s := range a.sessionIDs(t) {
+			if !slices.Contains(before, s) {
+				id = s
+			}
+		}
+		if id == "" {
+			t.Fatalf("no session directory of the killed run")
+		}
+		if rv := a.run(t, "review", id); rv.Code != 0 || !strings.Contains(rv.Stdout, "A killed.txt") {
+			t.Errorf("aisb review %s after SIGKILL of aisb: %s", id, rv)
+		}
+		if rv := a.run(t, "review", "--apply", id); rv.Code != 0 {
+			t.Errorf("aisb review --apply %s: %s", id, rv)
+		}
+		if b, err := os.ReadFile(filepath.Join(a.project, "killed.txt")); err != nil || string(b) != "before the kill\n" {
+			t.Errorf("after review --apply, killed.txt is %q, %v", b, err)
+		}
 	})
 	t.Logf("TestRemoteRun's own work: %v", time.Since(began).Round(time.Millisecond))
 }

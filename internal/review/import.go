@@ -298,3 +298,40 @@ func copyPrefix(w io.Writer, host string, n int64) error {
 	_, err = io.CopyN(w, f, n)
 	return err
 }
+
+// RecordSent keeps what was copied to the engine (Import's sent) in the
+// session's directory, so that the changes can still be brought back from
+// the copy when aisb died before it did so (the session's watchdog).
+func (s *Session) RecordSent(paths []string) error {
+	return writeJSON(s.sentPath(), paths)
+}
+
+// Sent is what RecordSent kept; ok false when nothing was: the copy did
+// not complete, so the agent never ran on it.
+func (s *Session) Sent() (paths []string, ok bool, err error) {
+	err = readJSON(s.sentPath(), &paths)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	return paths, err == nil, err
+}
+
+func (s *Session) sentPath() string { return filepath.Join(s.Dir, "sent.json") }
+
+// RecordImportFailure keeps why the copy's changes could not all be
+// brought back into the layer, for aisb review to say (and --apply to
+// refuse: the layer may hold only part of them).
+func (s *Session) RecordImportFailure(why string) error {
+	return writeJSON(s.importFailurePath(), why)
+}
+
+// ImportFailure is what RecordImportFailure kept; "" for none.
+func (s *Session) ImportFailure() string {
+	var why string
+	if err := readJSON(s.importFailurePath(), &why); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err.Error()
+	}
+	return why
+}
+
+func (s *Session) importFailurePath() string { return filepath.Join(s.Dir, "import-failed.json") }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -136,5 +137,33 @@ func TestImportRefusesEscapes(t *testing.T) {
 				t.Errorf("the layer holds a copy of a host file: %q", b)
 			}
 		})
+	}
+}
+
+// What was sent to the engine and why an import failed are kept in the
+// review's directory for the session's watchdog and aisb review; nothing
+// kept reads as none.
+func TestImportRecords(t *testing.T) {
+	s, err := Begin(t.TempDir(), Meta{Session: "20261206-000000-dddddd", Project: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paths, ok, err := s.Sent(); ok || err != nil || paths != nil {
+		t.Errorf("nothing recorded: Sent() = %q, %v, %v", paths, ok, err)
+	}
+	if why := s.ImportFailure(); why != "" {
+		t.Errorf("nothing recorded: ImportFailure() = %q", why)
+	}
+	if err := s.RecordSent([]string{"a.txt", "dir", "dir/b.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	if paths, ok, err := s.Sent(); !ok || err != nil || !slices.Equal(paths, []string{"a.txt", "dir", "dir/b.txt"}) {
+		t.Errorf("Sent() = %q, %v, %v", paths, ok, err)
+	}
+	if err := s.RecordImportFailure("cut short"); err != nil {
+		t.Fatal(err)
+	}
+	if why := s.ImportFailure(); why != "cut short" {
+		t.Errorf("ImportFailure() = %q", why)
 	}
 }

@@ -103,6 +103,8 @@ func (b *Box) prepare(ctx context.Context, warnings []string) error {
 	}
 	if o.Remote {
 		b.trace("session policy copied in")
+	}
+	if o.Remote && !o.SharedProject {
 		if err := copyProject(b.c, b.name, o.ProjectDir, b.trace, o.ProjectCopied); err != nil {
 			return err
 		}

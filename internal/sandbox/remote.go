@@ -6,7 +6,9 @@ package sandbox
 // mount is locally), the gate's word that it is ready is copied in the
 // same way once the sandbox runs (TellGateReadyIn), and the project is a
 // volume on the engine's host, filled by an archive copy of the project
-// (project.Archive) before the sandbox starts.
+// (project.Archive) before the sandbox starts, unless the engine was shown
+// to see the project at the same path (sharedpath.go, SharedProject):
+// then it is bind-mounted as on a local engine.
 
 import (
 	"archive/tar"

@@ -143,16 +143,30 @@ func HandedOff(paths state.Paths, id string) bool {
 var ErrKilled = errors.New("the session's aisb ended without finishing (killed?); its gate's last decisions may be missing")
 
 // Abandoned is the watchdog's end of session id when its aisb died without
-// a word: the containers are removed, then the gate's secrets, and a session
-// audit is marked as possibly incomplete, which `aisb audit` says.
+// a word: the agent's changes in a remote engine's copy of the project are
+// brought into the review's layer (rescueCopy), the containers are
+// removed, then the gate's secrets, and a session audit is marked as
+// possibly incomplete, which `aisb audit` says.
 func Abandoned(where engine.Where, paths state.Paths, id string) error {
 	var errs []error
 	if _, err := os.Lstat(filepath.Join(paths.AuditDir(), id+".jsonl")); err == nil {
 		errs = append(errs, audit.FinishedAudit(paths.AuditDir(), id, ErrKilled))
 	}
-	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}))
+	keep, err := rescueCopy(where, paths, id)
+	errs = append(errs, err)
+	names := []string{gate.ContainerName(id), sandbox.PathCheckName(id)}
+	if !keep {
+		names = append(names, sandbox.ContainerName(id))
+	}
+	errs = append(errs, reaper.Remove(where, names))
 	// A remote engine's copy of the project (remote.go): none elsewhere.
-	errs = append(errs, reaper.RemoveVolumes(where, []string{ProjectVolume(id)}))
+	if !keep {
+		errs = append(errs, reaper.RemoveVolumes(where, []string{ProjectVolume(id)}))
+	}
+	// The check of whether a remote engine sees the project, cut short.
+	if dir, err := paths.SessionProject(id); err == nil {
+		errs = append(errs, sandbox.RemovePathMarkers(dir, id))
+	}
 	// Also when Podman could not be reached: the keys do not outlive aisb.
 	errs = append(errs, gate.RemoveSecrets(gateDir(paths.SessionDir(id))))
 	os.RemoveAll(helperDir(paths.SessionDir(id)))

@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containers/podman/v5/pkg/domain/entities/types"
+	"github.com/containers/podman/v5/pkg/specgen"
+
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/internal/allowlist"
@@ -38,8 +41,34 @@ import (
 // fakePodman is the fake service as a session's connection.
 type fakePodman struct {
 	remote bool // the fake plays an engine that is not local
+	// sees is the directory the engine's containers see at the project's
+	// path (the path check's container copies its marker to its reply
+	// there, as its sh would); "": none, the check's container does
+	// nothing.
+	sees string
+	// onCheck is told the check's marker name before its container runs.
+	onCheck func(marker string)
+	specs   sync.Map // name -> the *specgen.SpecGenerator it was created with
 	*enginefake.Fake
 	closed bool
+}
+
+func (p *fakePodman) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) (types.ContainerCreateResponse, error) {
+	p.specs.Store(s.Name, s)
+	return p.Fake.ContainerCreate(ctx, s)
+}
+
+func (p *fakePodman) ContainerStart(ctx context.Context, name string) error {
+	if c, ok := p.Container(name); ok && c.Labels[engine.LabelKind] == "pathcheck" && p.sees != "" {
+		marker := filepath.Join(p.sees, filepath.Base(c.Spec.Entrypoint[4]))
+		if p.onCheck != nil {
+			p.onCheck(filepath.Base(marker))
+		}
+		if b, err := os.ReadFile(marker); err == nil {
+			os.WriteFile(marker+".reply", b, 0o644)
+		}
+	}
+	return p.Fake.ContainerStart(ctx, name)
 }
 
 func (p *fakePodman) How() string { return "the fake" }
@@ -149,6 +178,7 @@ func newOrderCase(t *testing.T, watchdog bool) *orderCase {
 	f := enginefake.New()
 	f.Version = engine.MinEmptyDetachKeys
 	f.Files(enginefake.Kind("sandbox"), map[string][]byte{contract.StatusPath: []byte(`{"outcome":"enforced"}`)})
+	f.ExitOnStart(enginefake.Kind("pathcheck"), 0)
 	oc := &orderCase{f: f, p: &fakePodman{Fake: f}, ev: &events{}, stderr: &bytes.Buffer{}}
 	// The programs' place holders pass progs.Check: a static ELF's header
 	// for this machine (the fake Podman runs nothing).
@@ -420,7 +450,7 @@ func TestSessionRemote(t *testing.T) {
 	if ok, _ := oc.f.VolumeExists(context.Background(), ProjectVolume(r.id)); ok {
 		t.Errorf("the project's volume %s is left", ProjectVolume(r.id))
 	}
-	if !strings.Contains(oc.stderr.String(), "podman is not local: this is a review session; the project is copied to volume "+ProjectVolume(r.id)) {
+	if !strings.Contains(oc.stderr.String(), "podman is not local and the project is not shared with it (a container there read a token at that path but what it wrote there did not appear here: it is another directory of that name): this is a review session; the project is copied to volume "+ProjectVolume(r.id)) {
 		t.Errorf("stderr does not say the project is a copy:\n%s", oc.stderr)
 	}
 	var calls []string
