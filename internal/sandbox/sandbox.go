@@ -97,8 +97,9 @@ type Options struct {
 	// was shown to see it at the same path (CheckSharedPath).
 	SharedProject bool
 	// ProjectCopied is told what the project's copy holds (relative,
-	// slash-separated paths), once it is in ProjectVolume.
-	ProjectCopied func(paths []string)
+	// slash-separated paths), once it is in ProjectVolume; its error
+	// stops the sandbox's creation.
+	ProjectCopied func(paths []string) error
 	Logf          func(format string, args ...any) // aisb's messages (stderr)
 	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its

@@ -108,13 +108,18 @@ func (r *run) openProject() error {
 // copied is told what the project's copy holds once it is on the engine,
 // and keeps it in the review's directory too: the watchdog needs it to
 // bring the changes back should aisb die (Abandoned).
-func (r *run) copied(paths []string) {
+func (r *run) copied(paths []string) error {
 	r.sent = paths
-	if r.rv != nil {
-		if err := r.rv.RecordSent(paths); err != nil {
-			r.o.Logf("review: %v (should aisb die, the agent's deletions would not be brought back)", err)
-		}
+	if r.rv == nil {
+		return nil
 	}
+	// Without the record the watchdog would take the copy for one that
+	// never completed, and remove it with the agent's work should aisb
+	// die: the session does not start.
+	if err := r.rv.RecordSent(paths); err != nil {
+		return fmt.Errorf("keep what the copy holds: %w", err)
+	}
+	return nil
 }
 
 // removeProject removes the project's volume, once the sandbox is gone.
@@ -126,17 +131,19 @@ func (r *run) removeProject() {
 }
 
 // importChanges brings the agent's changes back from the exited sandbox's
-// copy of the project into the review's layer (review.Import), before the
+// copy of the project into the review's layer (Session.Reimport), before the
 // sandbox and the volume go.
 func (r *run) importChanges() {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(sandbox.CopyOutProject(r.c, r.id, pw)) }()
-	st, err := review.Import(r.rv.Upper(), r.rv.Meta.Project, pr, r.sent)
+	st, err := r.rv.Reimport(pr, r.sent)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
-		// The copy stays: it holds what the review's layer may lack.
-		r.o.Logf("review: the agent's changes could not all be brought back from the engine: %v; the copy is kept in volume %s there", err, r.projectVol)
-		if rerr := r.rv.RecordImportFailure(fmt.Sprintf("%v; the copy is kept in volume %s on the engine", err, r.projectVol)); rerr != nil {
+		// The copy stays: it holds what the review's layer may lack. The
+		// error may name the agent's files: made printable.
+		why := review.Printable(err.Error())
+		r.o.Logf("review: the agent's changes could not all be brought back from the engine: %s; the copy is kept in volume %s there", why, r.projectVol)
+		if rerr := r.rv.RecordImportFailure(fmt.Sprintf("%s; the copy is kept in volume %s on the engine", why, r.projectVol)); rerr != nil {
 			r.o.Logf("review: %v", rerr)
 		}
 		r.projectVol = ""

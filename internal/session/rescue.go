@@ -56,8 +56,16 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	if err != nil {
 		return true, err
 	}
-	if !ok {
+	switch {
+	case !ok:
 		return false, nil
+	case rv.Imported():
+		// aisb brought the changes back before it died.
+		return false, nil
+	case rv.ImportFailure() != "":
+		// aisb's own import failed and kept the copy for the user: it
+		// stays, whatever else is gone.
+		return true, nil
 	}
 	// From here on the copy holds the agent's work: what keeps it on the
 	// engine is said where aisb review reads it.
@@ -80,8 +88,9 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	in, err := c.ContainerInspect(ctx, box)
 	switch {
 	case engine.IsNotFound(err):
-		// aisb removed its sandbox after it brought the changes back.
-		return false, nil
+		// The copy cannot be read without its container (CopyOutProject):
+		// it stays, for the user.
+		return true, fmt.Errorf("bring back the agent's changes of session %s: its sandbox is gone, so the copy (volume %s) is kept on the engine", id, ProjectVolume(id))
 	case err != nil:
 		return true, fmt.Errorf("bring back the agent's changes of session %s: %w", id, err)
 	case in.State == nil || in.State.Status == define.ContainerStateCreated.String() || in.State.Status == define.ContainerStateConfigured.String():
@@ -93,20 +102,15 @@ func rescueCopy(where engine.Where, paths state.Paths, id string) (keep bool, er
 	if _, err := c.ContainerWait(ctx, box, define.ContainerStateExited, define.ContainerStateStopped); err != nil {
 		return true, fmt.Errorf("bring back the agent's changes of session %s: stop its sandbox: %w", id, err)
 	}
-	// The layer is Import's alone (no overlay ran): what an import cut
-	// short by aisb's death wrote is made again from the copy.
-	if err := os.RemoveAll(rv.Upper()); err != nil {
-		return true, fmt.Errorf("review: %w", err)
-	}
-	if err := os.Mkdir(rv.Upper(), 0o700); err != nil {
-		return true, fmt.Errorf("review: %w", err)
-	}
+	// The layer is made anew from the copy, under the review's lock: what
+	// an import cut short by aisb's death wrote is dropped, and no apply
+	// reads it meanwhile (it refuses a layer not marked imported).
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(sandbox.CopyOutProject(c, id, pw)) }()
-	_, err = review.Import(rv.Upper(), rv.Meta.Project, pr, sent)
+	_, err = rv.Reimport(pr, sent)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
-		return true, fmt.Errorf("bring back the agent's changes of session %s after its aisb died (its sandbox %s and the copy, volume %s, are kept on the engine): %w", id, box, ProjectVolume(id), err)
+		return true, fmt.Errorf("bring back the agent's changes of session %s after its aisb died (its sandbox %s and the copy, volume %s, are kept on the engine): %s", id, box, ProjectVolume(id), review.Printable(err.Error()))
 	}
 	return false, nil
 }
