@@ -95,6 +95,9 @@ type Options struct {
 	// ProjectCopied is told what the project's copy holds (relative,
 	// slash-separated paths), once it is in ProjectVolume.
 	ProjectCopied func(paths []string)
+	// Exited is told once the sandbox's process has exited, before its
+	// status is read (nil: nothing).
+	Exited func()
 	Logf          func(format string, args ...any) // aisb's messages (stderr)
 	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its
