@@ -98,8 +98,8 @@ type Options struct {
 	// Exited is told once the sandbox's process has exited, before its
 	// status is read (nil: nothing).
 	Exited func()
-	Logf          func(format string, args ...any) // aisb's messages (stderr)
-	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
+	Logf   func(format string, args ...any) // aisb's messages (stderr)
+	Trace  func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its
 	// subcommand, which calls ReadUpperStatus); nil: the archive copy only.
 	StatusReader []string
