@@ -173,6 +173,15 @@ func remoteSIGKILL(t *testing.T, ctx context.Context, a *aisbUser, e remoteEngin
 	if err != nil || id == "" {
 		t.Fatalf("the session never ran on the engine: %v", err)
 	}
+	// Controls: while the session runs, its tunnel and its logins are there.
+	if e.tunnels != "" {
+		if l, _ := filepath.Glob(e.tunnels); len(l) == 0 {
+			t.Errorf("control: no ssh:// tunnel directory (%s) while the session runs", e.tunnels)
+		}
+		if n := sshdSessions(t, e.eu); n <= logins {
+			t.Errorf("control: no sshd login of %s while the session runs (%d, %d before)", e.eu.Username, n, logins)
+		}
+	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	start := time.Now()
 	if err := testhost.WaitFor(30*time.Second, func() error { return empty(left()) }); err != nil {
