@@ -28,6 +28,8 @@
 #                       there (named after the namespace, aisbeng for aisb-eng)
 #                       has no address, only a route back to B+6. No
 #                       forwarding is enabled anywhere; nothing of 203.0.113.0/24.
+# /etc/netns/$AISB_ENG_NS/resolv.conf names the upstream's DNS (ip netns exec
+# mounts it over /etc/resolv.conf for what runs in the namespace).
 # The instance's state (sshd's host key, config, log, the keys a test
 # authorizes, the service's pid and log) is in /run/$ns.
 # Run by setup.sh after upstream.sh (its namespace must exist); as root.
