@@ -104,13 +104,26 @@ func copyProbe(c engine.Engine, name, program string) error {
 	return nil
 }
 
+// probeAsk is how often probeLine asks the gate's logs itself.
+const probeAsk = 25 * time.Millisecond
+
 // probeLine waits for the probe's line in the copy of the gate's stderr
-// (cache.log) while the gate runs.
+// (cache.log) while the gate runs. It also asks the logs to their present
+// end every probeAsk: the service's follow reads the container's log file
+// every 250 ms (Podman's tail polls it), and the session waits for this
+// line before anything else of the gate.
 func (g *Gate) probeLine(c engine.Engine) (ProbeResult, error) {
 	deadline := time.Now().Add(probeWait)
+	var asked time.Time
 	for i := 0; ; i++ {
 		if b, err := os.ReadFile(filepath.Join(g.Dir, "cache.log")); err == nil {
 			if line, _, ok := bytes.Cut(b, []byte("\n")); ok {
+				return parseProbe(line)
+			}
+		}
+		if time.Since(asked) >= probeAsk {
+			asked = time.Now()
+			if line, ok := g.firstErrLine(c); ok {
 				return parseProbe(line)
 			}
 		}
@@ -123,6 +136,19 @@ func (g *Gate) probeLine(c engine.Engine) (ProbeResult, error) {
 		}
 		time.Sleep(4 * time.Millisecond)
 	}
+}
+
+// firstErrLine is the first line of the gate's stderr so far, asked of
+// the service (not followed); false while there is none.
+func (g *Gate) firstErrLine(c engine.Engine) ([]byte, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var errs bytes.Buffer
+	if err := c.ContainerLogs(ctx, g.Name, false, io.Discard, &errs); err != nil {
+		return nil, false
+	}
+	line, _, ok := bytes.Cut(errs.Bytes(), []byte("\n"))
+	return line, ok
 }
 
 // parseProbe reads the probe's line; ports must be two distinct ones.

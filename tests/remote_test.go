@@ -25,6 +25,11 @@ var engineUser = cmp.Or(os.Getenv("AISB_ENGINE_USER"), "aisbengine")
 // AISB_ENGINE_SOCKETS names another directory (a helper's own engine user).
 var engineSockets = cmp.Or(os.Getenv("AISB_ENGINE_SOCKETS"), "/run/aisb-engine")
 
+// sshEngineUser is the remote engine host's user (tests/host/engine-ssh.sh,
+// AISB_ENGINE_SSH_USER): another engine user, with a storage of its own, so
+// the ssh:// tests need not wait for the unix:// ones (lockEngine).
+var sshEngineUser = cmp.Or(os.Getenv("AISB_ENGINE_SSH_USER"), "aisbengine2")
+
 // TestRemoteEngineRefused (issue #29): a Podman that is not aisb's own
 // local one — here another user's rootless service, reached as
 // CONTAINER_HOST=unix://… — is refused by the commands that have no path
@@ -37,7 +42,7 @@ var engineSockets = cmp.Or(os.Getenv("AISB_ENGINE_SOCKETS"), "/run/aisb-engine")
 // also spelled unix://…, works, so the refusal is not about the spelling.
 func TestRemoteEngineRefused(t *testing.T) {
 	parallel(t)
-	lockEngine(t)
+	lockEngine(t, engineUser)
 	base := testBaseImage(t)
 	began := time.Now()
 	defer func() {
@@ -144,13 +149,25 @@ func TestRemoteEngineRefused(t *testing.T) {
 	}
 }
 
-// engineMu keeps the tests of the engine user's Podman one at a time: one
-// counts what is on it, the other makes and removes sessions there.
-var engineMu sync.Mutex
+// engineMu keeps the tests of one engine user's Podman one at a time: one
+// counts what is on it (or its sshd's logins), another makes and removes
+// sessions there. Each engine user has its own: the unix:// tests' and the
+// ssh:// tests' run beside each other unless one user serves both.
+var (
+	engineMuMu sync.Mutex
+	engineMu   = map[string]*sync.Mutex{}
+)
 
-func lockEngine(t *testing.T) {
-	engineMu.Lock()
-	t.Cleanup(engineMu.Unlock)
+func lockEngine(t *testing.T, name string) {
+	engineMuMu.Lock()
+	mu := engineMu[name]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		engineMu[name] = mu
+	}
+	engineMuMu.Unlock()
+	mu.Lock()
+	t.Cleanup(mu.Unlock)
 }
 
 // startEngineService starts the engine user's rootless Podman service on a
@@ -224,11 +241,26 @@ func startForwarder(t *testing.T, target string) string {
 
 // asEngine runs argv as the engine user with a clean rootless environment.
 func asEngine(ctx context.Context, eu *user.User, argv ...string) *exec.Cmd {
-	env := []string{"HOME=" + eu.HomeDir, "USER=" + eu.Username, "XDG_RUNTIME_DIR=/run/user/" + eu.Uid,
-		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "PODMAN_IGNORE_CGROUPSV1_WARNING=1"}
-	cmd := exec.CommandContext(ctx, "runuser", append(append([]string{"-u", eu.Username, "--", "env", "-i"}, env...), argv...)...)
+	cmd := exec.CommandContext(ctx, "runuser", engineArgs(eu, argv)...)
 	cmd.Dir = "/"
 	return cmd
+}
+
+// asEngineIn is asEngine inside the network namespace ns: on the remote
+// engine host (tests/host/engine-ssh.sh), where its service runs.
+func asEngineIn(ns string) func(context.Context, *user.User, ...string) *exec.Cmd {
+	return func(ctx context.Context, eu *user.User, argv ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "runuser"}, engineArgs(eu, argv)...)...)
+		cmd.Dir = "/"
+		return cmd
+	}
+}
+
+// engineArgs are runuser's arguments for argv as eu.
+func engineArgs(eu *user.User, argv []string) []string {
+	env := []string{"HOME=" + eu.HomeDir, "USER=" + eu.Username, "XDG_RUNTIME_DIR=/run/user/" + eu.Uid,
+		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "PODMAN_IGNORE_CGROUPSV1_WARNING=1"}
+	return append(append([]string{"-u", eu.Username, "--", "env", "-i"}, env...), argv...)
 }
 
 // engineObjects lists every container, volume and image on the engine

@@ -267,6 +267,9 @@ func (b *Box) Wait() (Exit, error) {
 		return Exit{}, fmt.Errorf("wait for sandbox: %w", err)
 	}
 	b.trace("sandbox exited")
+	if o.Exited != nil {
+		o.Exited()
+	}
 	e := Exit{Code: int(code)}
 	if !o.Plain {
 		e.Status, e.StatusFrom, e.StatusErr = b.plan().read(c)

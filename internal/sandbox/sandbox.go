@@ -100,8 +100,11 @@ type Options struct {
 	// slash-separated paths), once it is in ProjectVolume; its error
 	// stops the sandbox's creation.
 	ProjectCopied func(paths []string) error
-	Logf          func(format string, args ...any) // aisb's messages (stderr)
-	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
+	// Exited is told once the sandbox's process has exited, before its
+	// status is read (nil: nothing).
+	Exited func()
+	Logf   func(format string, args ...any) // aisb's messages (stderr)
+	Trace  func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its
 	// subcommand, which calls ReadUpperStatus); nil: the archive copy only.
 	StatusReader []string

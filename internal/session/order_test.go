@@ -447,6 +447,12 @@ func TestSessionRemote(t *testing.T) {
 	steps := []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}
 	wantOrder(t, r, oc.ev, steps, endEvents)
 	sandboxGone(t, oc.f, r.id)
+	// The gate's end began once the sandbox had exited, beside the copies
+	// of its status and the project (network.finishEarly), not in the
+	// teardown after its removal.
+	if r.net == nil || r.net.early == nil {
+		t.Error("the remote gate's end did not begin at the sandbox's exit")
+	}
 	if ok, _ := oc.f.VolumeExists(context.Background(), ProjectVolume(r.id)); ok {
 		t.Errorf("the project's volume %s is left", ProjectVolume(r.id))
 	}

@@ -183,6 +183,7 @@ func (r *run) connect(ctx context.Context) error {
 		if arch, err = c.Arch(ctx); err != nil {
 			return err
 		}
+		r.trace("engine's machine: linux/" + arch)
 		if err := r.findPrograms(arch); err != nil {
 			return err
 		}
@@ -293,7 +294,7 @@ func (r *run) createSandbox() error {
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: r.limits.pids, Memory: r.limits.memory, CPUs: r.limits.cpus, Rlimits: r.limits.rlimits,
 		Volumes: r.vols, Owner: r.owner, Finisher: r.wd.Owner(), Overlay: r.overlay(), StatusReader: o.StatusReader,
-		Remote: r.remote, ProjectVolume: r.projectVol, SharedProject: r.shared, ProjectCopied: r.copied,
+		Remote: r.remote, ProjectVolume: r.projectVol, SharedProject: r.shared, ProjectCopied: r.copied, Exited: r.sandboxExited,
 		Logf: o.Logf, Trace: r.trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err != nil {
@@ -301,6 +302,15 @@ func (r *run) createSandbox() error {
 	}
 	r.box = box
 	return nil
+}
+
+// sandboxExited: on an engine that is not local the gate's end begins as
+// soon as the sandbox has exited (network.finishEarly); teardown's step 3
+// waits for it.
+func (r *run) sandboxExited() {
+	if r.remote {
+		r.net.finishEarly(r.trace)
+	}
 }
 
 // runSandbox creates and starts the sandbox, lists the session (aisb ps) and tells the
@@ -386,7 +396,9 @@ func (r *run) teardown() {
 	}
 	// 3. The network: squid is quiesced and stopped and the gate's audit
 	//    completed, or the gate is handed to the watchdog, which does the
-	//    same (and steps 6 and 7) after aisb has returned (Finish). A
+	//    same (and steps 6 and 7) after aisb has returned (Finish); on an
+	//    engine that is not local it began once the sandbox exited
+	//    (sandboxExited), and this waits for it. A
 	//    sandbox left to the watchdog with no gate handed over is handed to
 	//    it now.
 	if r.net != nil {

@@ -20,7 +20,8 @@
 # tp.test and tprefused.test, the Kubernetes pod's kube.test and
 # kuberefused.test, the remote engine's remote.test and remoterefused.test,
 # the engine that shares the project's path h1.test and h1refused.test,
-# for the same reason.
+# and the ssh:// engine's h2.test, h2refused.test and h2ssh.test (the SSH
+# server's), for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -54,7 +55,8 @@ $AISB_UPSTREAM_ADDR h1.test h1refused.test
 198.51.100.1 hostself.test
 $AISB_UPSTREAM_ADDR mixed.test
 2001:db8:77::10 v6.test
-$AISB_SSH_ADDR git.test gitother.test
+$AISB_UPSTREAM_ADDR h2.test h2refused.test
+$AISB_SSH_ADDR git.test gitother.test h2ssh.test
 HOSTS
 }
 
