@@ -445,7 +445,6 @@ func TestSessionRemote(t *testing.T) {
 func TestSessionRemoteRefusals(t *testing.T) {
 	for name, set := range map[string]func(o *Options){
 		"gate": func(o *Options) { o.GateName = "shared" },
-		"ask":  func(o *Options) { o.Config.Config.Network.Ask = true },
 	} {
 		t.Run(name, func(t *testing.T) {
 			oc := newOrderCase(t, false)
