@@ -157,7 +157,7 @@ func TestRelayOversized(t *testing.T) {
 	if err := r.waitReady(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	go b.say(t, "Q 1 "+strings.Repeat("a", maxQuestionLine))
+	go fmt.Fprintf(b.out, "Q 1 %s\n", strings.Repeat("a", maxQuestionLine))
 	select {
 	case <-b.ended:
 	case <-time.After(5 * time.Second):

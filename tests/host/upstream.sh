@@ -19,7 +19,8 @@
 # tests run beside them (tests/run.sh). The transparent path's tests own
 # tp.test and tprefused.test, the Kubernetes pod's kube.test and
 # kuberefused.test, the remote engine's remote.test and remoterefused.test,
-# for the same reason.
+# its live steering's (tests/remote_live_test.go) h3.test, h3live.test,
+# h3ask.test and h3refused.test, for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -43,6 +44,7 @@ hosts() {
 	cat <<HOSTS
 $AISB_UPSTREAM_ADDR allowed.test www.allowed.test api.allowed.test other.test unlisted.test another.test unnamed.test refused.test sub.domain.test
 $AISB_UPSTREAM_ADDR tp.test tprefused.test kube.test kuberefused.test remote.test remoterefused.test
+$AISB_UPSTREAM_ADDR h3.test h3live.test h3ask.test h3refused.test
 127.0.0.1 loopback.test
 10.255.77.10 private.test mixed.test
 172.31.77.10 private172.test
