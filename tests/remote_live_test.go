@@ -105,7 +105,7 @@ func TestRemoteLive(t *testing.T) {
 type liveCost struct{ asked, listed time.Duration }
 
 func (c liveCost) String() string {
-	return fmt.Sprintf("a request asked of aisb %v, a listed one %v (medians of 9): a question costs about %v",
+	return fmt.Sprintf("a request asked of aisb %v, a listed one %v (medians of 25): a question costs about %v",
 		c.asked.Round(100*time.Microsecond), c.listed.Round(100*time.Microsecond), (c.asked - c.listed).Round(100*time.Microsecond))
 }
 
@@ -163,7 +163,7 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 	// The cost of a question: a live-allowed name is asked at each request
 	// (ttl=0), a listed one never.
 	var asked, listed []time.Duration
-	_, _, out := s.do(`for i in 1 2 3 4 5 6 7 8 9; do ` + curlCode(nameListed) + `; echo; ` + curlCode(nameLive) + `; echo; done`)
+	_, _, out := s.do(`for i in $(seq 25); do ` + curlCode(nameListed) + `; echo; ` + curlCode(nameLive) + `; echo; done`)
 	for _, f := range strings.Fields(out) {
 		if v, ok := strings.CutPrefix(f, "t="); ok {
 			sec, _ := strconv.ParseFloat(v, 64)
@@ -175,7 +175,7 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 			}
 		}
 	}
-	if len(asked) != 9 || len(listed) != 9 || !strings.Contains(out, "code=200") || strings.Contains(out, "code=000") {
+	if len(asked) != 25 || len(listed) != 25 || !strings.Contains(out, "code=200") || strings.Contains(out, "code=000") {
 		t.Errorf("the timed requests: %s", out)
 	}
 	cost := liveCost{asked: median(asked), listed: median(listed)}
@@ -185,11 +185,15 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 	if code, _, out := s.do(curlCode(nameLive)); code == 0 || !strings.Contains(out, "connect=403") {
 		t.Errorf("after aisb deny: %s: %d %s", nameLive, code, out)
 	}
-	if err := s.end(); err != nil {
-		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
-	}
 	if strings.Contains(s.stderr.String(), "question path") {
 		t.Errorf("the question path failed: %s", s.stderr)
+	}
+	if a.host != "" {
+		// A gate on an engine named by CONTAINER_HOST: its bridge.
+		bridgeKilled(t, a, s, podman)
+	}
+	if err := s.end(); err != nil {
+		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
 	}
 	// Two sequences: the gate's lines reach the caller's audit some 100-250
 	// ms after the request (its logs come through the API).
@@ -202,10 +206,14 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 			requests = append(requests, e.Rule)
 		}
 	}
-	if got, want := strings.Join(changes, ","), "allow "+nameLive+",deny "+nameLive; got != want {
+	wantChanges, wantRequests := "allow "+nameLive+",deny "+nameLive, "not_listed,allowed,"+strings.Repeat("allowed,", 25)+"not_listed"
+	if a.host != "" {
+		wantChanges, wantRequests = wantChanges+",allow "+nameLive, wantRequests+",not_listed"
+	}
+	if got, want := strings.Join(changes, ","), wantChanges; got != want {
 		t.Errorf("the caller's audit's policy changes:\n got %s\nwant %s", got, want)
 	}
-	if got, want := strings.Join(requests, ","), "not_listed,allowed,"+strings.Repeat("allowed,", 9)+"not_listed"; got != want {
+	if got, want := strings.Join(requests, ","), wantRequests; got != want {
 		t.Errorf("the caller's audit's requests for %s:\n got %s\nwant %s", nameLive, got, want)
 	}
 	au := a.run(t, "audit", "--session", s.id)
@@ -274,6 +282,33 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 	}
 	t.Logf("the live checks took %v", time.Since(start).Round(time.Millisecond))
 	return cost
+}
+
+// bridgeKilled: fail closed with the remote gate's bridge killed (a dead
+// exec): the name allowed again is refused, and aisb says so. (The
+// pattern is split so that the shell's own command line does not match.)
+func bridgeKilled(t *testing.T, a *aisbUser, s *liveSession, podman enginePodman) {
+	t.Helper()
+	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer kcancel()
+	if out, err := podman(kctx, "exec", "aisb-gate-"+s.id, "sh", "-c",
+		`b=-bridge; for p in /proc/[0-9]*; do case "$(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in *-$b*) kill -9 ${p#/proc/} && echo killed;; esac; done`).CombinedOutput(); err != nil || !strings.Contains(string(out), "killed") {
+		t.Fatalf("kill the bridge in the gate: %v: %s", err, out)
+	}
+	if err := testhost.WaitFor(30*time.Second, func() error {
+		if !strings.Contains(s.stderr.String(), "the gate's question path through the API ended") {
+			return fmt.Errorf("aisb did not say the question path ended: %s", s.stderr)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
+	if r := a.run(t, "allow", "--session", s.id, nameLive); r.Code != 0 {
+		t.Fatalf("aisb allow %s again: %s", nameLive, r)
+	}
+	if code, _, out := s.do(curlCode(nameLive)); code == 0 || !strings.Contains(out, "connect=403") {
+		t.Errorf("allowed, with the bridge dead: %s: %d %s", nameLive, code, out)
+	}
 }
 
 func median(ds []time.Duration) time.Duration {
