@@ -1,6 +1,6 @@
 package gate
 
-// (One file of about 360 lines: the probe, the copy of the gate's files,
+// (One file of about 450 lines: the probe, the copy of the gate's files,
 // its logs and its life are one path, each step what the next relies on.)
 //
 // A gate on an engine that is not local (engine.Locality: another user's
@@ -26,6 +26,9 @@ package gate
 //     is killed and the stream has ended, the copy is complete;
 //   - ready is squid's check of its TLS port seen in that copy while the
 //     container runs; alive is the container running (asked every 250 ms).
+//   - with a live server (aisb allow, ask mode), squid's helper asks the
+//     bridge in the gate, which aisb runs there as an exec and answers
+//     (bridge.go); the gate is ready once the bridge listens.
 //
 // Not done there: the hold of the TLS port (hold.go), the check that squid
 // alone listens on it (alive.go) and the take-over of the front when the

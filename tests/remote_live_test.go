@@ -1,7 +1,8 @@
-// TestRemoteLive and its checks, which take the engine as a parameter so
-// that any engine's test can run them (another user's service here; the
-// ssh:// engine's test can call liveChecks and stateChecks with its own
-// CONTAINER_HOST and podman command).
+// TestRemoteLive and its checks, in one file of about 370 lines: the live
+// and the state checks share the engine's podman and the agent's driver.
+// They take the engine as a parameter, so that any engine's test can run
+// them (another user's service here; the ssh:// engine's test can call
+// liveChecks and stateChecks with its own CONTAINER_HOST and podman).
 
 package tests
 
