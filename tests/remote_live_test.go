@@ -43,9 +43,10 @@ type enginePodman func(ctx context.Context, args ...string) *exec.Cmd
 // user's rootless Podman (CONTAINER_HOST=unix://…) is steered live as a
 // local one is: a name not listed is refused and never resolved, `aisb
 // allow` admits it at once and `aisb deny` takes it back (the changes and
-// the requests in the caller's audit); in ask mode a question answered
-// through `aisb watch` admits its name, one not answered is refused at
-// the timeout. The gate's questions cross the engine's API (the bridge);
+// the requests in the caller's audit), and with the gate's bridge killed
+// (a dead exec) a name allowed again is refused; in ask mode a question
+// answered through `aisb watch` admits its name, one not answered is
+// refused at the timeout. The gate's questions cross the engine's API (the bridge);
 // nothing is mounted. And a state volume (`--state`, on by default for a
 // harness with state) lives on the engine: what the agent writes in it in
 // one session is there in the next. Controls: the upstream serves the
