@@ -247,9 +247,13 @@ func (r *run) openGate(ctx context.Context) (*sessionGate, error) {
 		DNS: cfg.Network.Resolvers(), Owner: r.owner, HelperDir: r.st.helperDir, Credentials: r.creds, UpstreamCAs: cfg.Network.UpstreamCA,
 		Finisher: r.wd.Owner()}
 	if r.remote {
-		// The gate cannot reach this host's helper socket (remote.go).
+		// The gate cannot reach this host's helper socket: its questions
+		// come through the API to the live server (gate's bridge.go).
 		gopts.HelperDir = ""
-		gopts.Remote = &gate.Remote{Probe: r.gateHelper}
+		gopts.Remote = &gate.Remote{Probe: r.gateHelper, Logf: o.Logf}
+		if r.st.server != nil {
+			gopts.Remote.Ask = r.st.server.Ask
+		}
 	}
 	g, err := gate.Create(r.c, gopts)
 	if err != nil {

@@ -1,4 +1,4 @@
-// The session's order against the fakes, in one file of about 480 lines:
+// The session's order against the fakes, in one file of about 520 lines:
 // every case shares the fake engine, the fake gate and the order they
 // record, local and remote alike.
 
@@ -481,7 +481,6 @@ func TestSessionRemote(t *testing.T) {
 func TestSessionRemoteRefusals(t *testing.T) {
 	for name, set := range map[string]func(o *Options){
 		"gate": func(o *Options) { o.GateName = "shared" },
-		"ask":  func(o *Options) { o.Config.Config.Network.Ask = true },
 	} {
 		t.Run(name, func(t *testing.T) {
 			oc := newOrderCase(t, false)
@@ -519,4 +518,34 @@ func TestSessionRemoteGateLost(t *testing.T) {
 		t.Errorf("the sandbox was not killed: %q", oc.f.Log())
 	}
 	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}, endEvents)
+}
+
+// TestSessionRemoteAsk: ask mode is not refused on an engine that is not
+// local; the session's live server runs, with no helper directory (the
+// gate's questions come through the API, gate.Remote.Ask), and the
+// session ends as any other.
+func TestSessionRemoteAsk(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.p.remote = true
+	oc.o.Config.Config.Network.Ask = true
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	orig := oc.o.seams.openGate
+	checked := false
+	oc.o.seams.openGate = func(r *run, ctx context.Context) (gater, error) {
+		checked = true
+		if r.st.server == nil {
+			t.Error("no live server for the remote session's gate to ask")
+		}
+		if r.st.helperDir != "" {
+			t.Errorf("a helper directory %s for a gate that cannot mount it", r.st.helperDir)
+		}
+		if _, err := os.Lstat(helperDir(r.dir)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the helper directory was made: %v", err)
+		}
+		return orig(r, ctx)
+	}
+	code, err, _ := oc.run(t)
+	if err != nil || code != 0 || !checked {
+		t.Fatalf("exit %d, %v (gate opened: %v)\n%s", code, err, checked, oc.stderr)
+	}
 }

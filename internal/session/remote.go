@@ -37,15 +37,12 @@ var ErrRemoteUnsupported = errors.New("not possible on a podman that is not loca
 // checkRemote refuses what a session on an engine that is not local
 // cannot do: each needs this host's files or sockets seen from there.
 func checkRemote(o Options, r *run) error {
-	cfg := o.Config.Config
 	refuse := func(what, fix string) error {
 		return fmt.Errorf("%s: %w (the engine cannot see this host's files or sockets); %s", what, ErrRemoteUnsupported, fix)
 	}
 	switch {
 	case o.GateName != "":
 		return refuse("--gate "+o.GateName, "leave out --gate: the session starts its own gate on the engine's host")
-	case cfg.Network.Ask:
-		return refuse("ask mode (--ask, network.ask)", "list the hosts with --allow instead")
 	case r.ssh.agentSock != "":
 		return refuse("--ssh-agent", "leave out --ssh-agent")
 	case len(r.gitDirs) > 0:

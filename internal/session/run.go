@@ -227,7 +227,7 @@ func (r *run) openSession() error {
 		r.wd = wd
 		r.trace("watchdog started")
 	}
-	st, err := startSteer(o, r.id, dir, r.owner, r.gateHelper)
+	st, err := startSteer(o, r.id, dir, r.owner, r.gateHelper, r.remote)
 	if err != nil {
 		return err
 	}

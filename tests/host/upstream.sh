@@ -20,8 +20,9 @@
 # tp.test and tprefused.test, the Kubernetes pod's kube.test and
 # kuberefused.test, the remote engine's remote.test and remoterefused.test,
 # the engine that shares the project's path h1.test and h1refused.test,
-# and the ssh:// engine's h2.test, h2refused.test and h2ssh.test (the SSH
-# server's), for the same reason.
+# the ssh:// engine's h2.test, h2refused.test and h2ssh.test (the SSH
+# server's), and the remote live steering's (tests/remote_live_test.go)
+# h3.test, h3live.test, h3ask.test and h3refused.test, for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -46,6 +47,7 @@ hosts() {
 $AISB_UPSTREAM_ADDR allowed.test www.allowed.test api.allowed.test other.test unlisted.test another.test unnamed.test refused.test sub.domain.test
 $AISB_UPSTREAM_ADDR tp.test tprefused.test kube.test kuberefused.test remote.test remoterefused.test
 $AISB_UPSTREAM_ADDR h1.test h1refused.test
+$AISB_UPSTREAM_ADDR h3.test h3live.test h3ask.test h3refused.test
 127.0.0.1 loopback.test
 10.255.77.10 private.test mixed.test
 172.31.77.10 private172.test
