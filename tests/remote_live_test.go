@@ -28,10 +28,10 @@ import (
 // one, the one allowed live, the one asked about and answered, and the one
 // asked about and never answered (so never resolved).
 const (
-	nameListed  = "h3.test"
-	nameLive    = "h3live.test"
-	nameAsk     = "h3ask.test"
-	nameRefused = "h3refused.test"
+	nameListed  = "remotelisted.test"
+	nameLive    = "remotelive.test"
+	nameAsk     = "remoteask.test"
+	nameRefused = "liverefused.test"
 )
 
 // enginePodman runs the podman CLI as the user whose engine a session runs

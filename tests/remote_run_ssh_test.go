@@ -64,7 +64,7 @@ func TestRemoteRunSSH(t *testing.T) {
 	remoteRun(t, base, remoteEngine{
 		eu: eu, uri: fmt.Sprintf("ssh://%s@%s%s", eu.Username, testhost.EngineSSHAddr, sock),
 		env: []string{"CONTAINER_SSHKEY=" + key, "AISB_SSH_KNOWN_HOSTS=" + known}, as: as,
-		allowed: "h2.test", refused: "h2refused.test", ssh: "h2ssh.test",
+		allowed: "sshengine.test", refused: "sshrefused.test", ssh: "sshgit.test",
 		tunnels: "/run/user/" + caller.Uid + "/aisb/ssh-*",
 	})
 }

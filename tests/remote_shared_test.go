@@ -37,14 +37,14 @@ func TestRemoteSharedPath(t *testing.T) {
 
 	mark := testhost.DNSMark(t)
 	start := time.Now()
-	r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--allow", "h1.test", "--harness", "shell", "--", "sh", "-c",
+	r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--allow", "shared.test", "--harness", "shell", "--", "sh", "-c",
 		"cat kept.txt; echo agent > shared.txt; "+
-			"curl -sSk --max-time 10 -o /dev/null -w 'allowed=%{http_code}\\n' https://h1.test/; "+
-			"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://h1refused.test/")
+			"curl -sSk --max-time 10 -o /dev/null -w 'allowed=%{http_code}\\n' https://shared.test/; "+
+			"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://sharedrefused.test/")
 	t.Logf("aisb run through a same-user forwarder to %s's own Podman: exit %d in %v", testhost.User, r.Code, time.Since(start).Round(time.Millisecond))
 	for _, want := range []string{"from the caller", "allowed=200", "refusedname=403"} {
 		if !strings.Contains(r.Stdout, want) {
-			t.Errorf("run --allow h1.test: want %q: %s", want, r)
+			t.Errorf("run --allow shared.test: want %q: %s", want, r)
 		}
 	}
 	for _, want := range []string{"trace: engine at " + a.host + " is not local", "engine not local",
@@ -84,11 +84,11 @@ func TestRemoteSharedPath(t *testing.T) {
 	if rv := a.run(t, "review"); rv.Code == 0 || !strings.Contains(rv.Stderr, "no review session") {
 		t.Errorf("aisb review after a shared session: %s", rv)
 	}
-	if slices.Contains(testhost.DNSQueries(t, mark), "h1refused.test") {
-		t.Errorf("the refused name h1refused.test was resolved")
+	if slices.Contains(testhost.DNSQueries(t, mark), "sharedrefused.test") {
+		t.Errorf("the refused name sharedrefused.test was resolved")
 	}
 	au := a.run(t, "audit")
-	for _, want := range []string{"ALLOWED  CONNECT h1.test:443  200", "BLOCKED  CONNECT h1refused.test:443  403"} {
+	for _, want := range []string{"ALLOWED  CONNECT shared.test:443  200", "BLOCKED  CONNECT sharedrefused.test:443  403"} {
 		if !strings.Contains(au.Stdout, want) {
 			t.Errorf("aisb audit lacks %q: %s", want, au)
 		}

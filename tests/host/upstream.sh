@@ -19,10 +19,10 @@
 # tests run beside them (tests/run.sh). The transparent path's tests own
 # tp.test and tprefused.test, the Kubernetes pod's kube.test and
 # kuberefused.test, the remote engine's remote.test and remoterefused.test,
-# the engine that shares the project's path h1.test and h1refused.test,
-# the ssh:// engine's h2.test, h2refused.test and h2ssh.test (the SSH
+# the engine that shares the project's path shared.test and sharedrefused.test,
+# the ssh:// engine's sshengine.test, sshrefused.test and sshgit.test (the SSH
 # server's), and the remote live steering's (tests/remote_live_test.go)
-# h3.test, h3live.test, h3ask.test and h3refused.test, for the same reason.
+# remotelisted.test, remotelive.test, remoteask.test and liverefused.test, for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -46,8 +46,8 @@ hosts() {
 	cat <<HOSTS
 $AISB_UPSTREAM_ADDR allowed.test www.allowed.test api.allowed.test other.test unlisted.test another.test unnamed.test refused.test sub.domain.test
 $AISB_UPSTREAM_ADDR tp.test tprefused.test kube.test kuberefused.test remote.test remoterefused.test
-$AISB_UPSTREAM_ADDR h1.test h1refused.test
-$AISB_UPSTREAM_ADDR h3.test h3live.test h3ask.test h3refused.test
+$AISB_UPSTREAM_ADDR shared.test sharedrefused.test
+$AISB_UPSTREAM_ADDR remotelisted.test remotelive.test remoteask.test liverefused.test
 127.0.0.1 loopback.test
 10.255.77.10 private.test mixed.test
 172.31.77.10 private172.test
@@ -57,8 +57,8 @@ $AISB_UPSTREAM_ADDR h3.test h3live.test h3ask.test h3refused.test
 198.51.100.1 hostself.test
 $AISB_UPSTREAM_ADDR mixed.test
 2001:db8:77::10 v6.test
-$AISB_UPSTREAM_ADDR h2.test h2refused.test
-$AISB_SSH_ADDR git.test gitother.test h2ssh.test
+$AISB_UPSTREAM_ADDR sshengine.test sshrefused.test
+$AISB_SSH_ADDR git.test gitother.test sshgit.test
 HOSTS
 }
 
