@@ -24,15 +24,15 @@ import (
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
-// The upstream's names this test owns (tests/host/upstream.sh): the listed
-// one, the one allowed live, the one asked about and answered, and the one
-// asked about and never answered (so never resolved).
-const (
-	nameListed  = "remotelisted.test"
-	nameLive    = "remotelive.test"
-	nameAsk     = "remoteask.test"
-	nameRefused = "liverefused.test"
-)
+// liveNames are the upstream's names a run of liveChecks owns
+// (tests/host/upstream.sh): the listed one, the one allowed live, the one
+// asked about and answered, and the one asked about and never answered (so
+// never resolved). Each engine's test has its own: they run side by side,
+// and the DNS log is one.
+type liveNames struct{ listed, live, ask, refused string }
+
+// unixLive are TestRemoteLive's names (TestRemoteRunSSH has its own).
+var unixLive = liveNames{listed: "remotelisted.test", live: "remotelive.test", ask: "remoteask.test", refused: "liverefused.test"}
 
 // enginePodman runs the podman CLI as the user whose engine a session runs
 // on, against that engine's storage: how a test reaches into a sandbox
@@ -71,7 +71,7 @@ func TestRemoteLive(t *testing.T) {
 	}
 	// Control: the upstream serves the test's names on the engine's host
 	// (pinned to its address: no name is resolved for it).
-	for _, name := range []string{nameLive, nameAsk, nameRefused} {
+	for _, name := range []string{unixLive.live, unixLive.ask, unixLive.refused} {
 		r := testhost.Run(t, asEngine(ctx, eu, "curl", "-sSk", "--max-time", "10", "--resolve", name+":443:"+testhost.UpstreamAddr,
 			"-o", "/dev/null", "-w", "%{http_code}", "https://"+name+"/"))
 		if r.Code != 0 || r.Stdout != "200" {
@@ -81,7 +81,7 @@ func TestRemoteLive(t *testing.T) {
 	t.Run("live", func(t *testing.T) {
 		a := newAisb(t, base, dnsConfig()+"ask_timeout = 2\n")
 		a.host = "unix://" + sock
-		cost := liveChecks(t, a, podman)
+		cost := liveChecks(t, a, podman, unixLive)
 		t.Logf("on %s's engine: %s", engineUser, cost)
 		noneLeft(t, engineSession(t, ctx, eu, asEngine))
 		if os.Getenv("AISB_LIVE_LOCAL") == "1" {
@@ -89,7 +89,7 @@ func TestRemoteLive(t *testing.T) {
 			local := func(ctx context.Context, args ...string) *exec.Cmd {
 				return testhost.UserCommand(ctx, append([]string{"podman"}, args...)...)
 			}
-			t.Logf("on the caller's own engine: %s", liveChecks(t, l, local))
+			t.Logf("on the caller's own engine: %s", liveChecks(t, l, local, unixLive))
 		}
 	})
 	t.Run("state", func(t *testing.T) {
@@ -135,37 +135,37 @@ func curlCode(name string) string {
 // short ask_timeout), the agent driven step by step through podman: live
 // allow and deny, then ask mode answered and not answered, with their
 // audit on the caller's side. It returns the cost of a question.
-func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
+func liveChecks(t *testing.T, a *aisbUser, podman enginePodman, n liveNames) liveCost {
 	t.Helper()
 	start := time.Now()
 	mark := testhost.DNSMark(t)
-	s := startLive(t, a, "--allow", nameListed)
+	s := startLive(t, a, "--allow", n.listed)
 	s.put = intoSandbox(t, s, podman)
 	t.Logf("session %s running after %v", s.id, time.Since(start).Round(time.Millisecond))
 	// Control: the listed name passes.
-	if code, _, out := s.do(curlCode(nameListed)); code != 0 || !strings.Contains(out, "code=200") {
+	if code, _, out := s.do(curlCode(n.listed)); code != 0 || !strings.Contains(out, "code=200") {
 		t.Fatalf("control: the listed name through the gate: %d %s", code, out)
 	}
-	if code, ms, out := s.do(curlCode(nameLive)); code == 0 || !strings.Contains(out, "connect=403") {
-		t.Fatalf("before aisb allow: %s: %d %s", nameLive, code, out)
+	if code, ms, out := s.do(curlCode(n.live)); code == 0 || !strings.Contains(out, "connect=403") {
+		t.Fatalf("before aisb allow: %s: %d %s", n.live, code, out)
 	} else {
-		t.Logf("%s refused (the gate's first question) in %d ms", nameLive, ms)
+		t.Logf("%s refused (the gate's first question) in %d ms", n.live, ms)
 	}
-	if slices.Contains(testhost.DNSQueries(t, mark), nameLive) {
-		t.Errorf("the refused %s was resolved", nameLive)
+	if slices.Contains(testhost.DNSQueries(t, mark), n.live) {
+		t.Errorf("the refused %s was resolved", n.live)
 	}
 	t0 := time.Now()
-	if r := a.run(t, "allow", "--session", s.id, nameLive); r.Code != 0 || !strings.Contains(r.Stdout, "allowed "+nameLive+" in session "+s.id) {
-		t.Fatalf("aisb allow %s: %s", nameLive, r)
+	if r := a.run(t, "allow", "--session", s.id, n.live); r.Code != 0 || !strings.Contains(r.Stdout, "allowed "+n.live+" in session "+s.id) {
+		t.Fatalf("aisb allow %s: %s", n.live, r)
 	}
 	t.Logf("aisb allow took %v", time.Since(t0).Round(time.Millisecond))
-	if code, _, out := s.do(curlCode(nameLive)); code != 0 || !strings.Contains(out, "code=200") {
-		t.Errorf("after aisb allow: %s: %d %s", nameLive, code, out)
+	if code, _, out := s.do(curlCode(n.live)); code != 0 || !strings.Contains(out, "code=200") {
+		t.Errorf("after aisb allow: %s: %d %s", n.live, code, out)
 	}
 	// The cost of a question: a live-allowed name is asked at each request
 	// (ttl=0), a listed one never.
 	var asked, listed []time.Duration
-	_, _, out := s.do(`for i in $(seq 25); do ` + curlCode(nameListed) + `; echo; ` + curlCode(nameLive) + `; echo; done`)
+	_, _, out := s.do(`for i in $(seq 25); do ` + curlCode(n.listed) + `; echo; ` + curlCode(n.live) + `; echo; done`)
 	for _, f := range strings.Fields(out) {
 		if v, ok := strings.CutPrefix(f, "t="); ok {
 			sec, _ := strconv.ParseFloat(v, 64)
@@ -181,18 +181,18 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 		t.Errorf("the timed requests: %s", out)
 	}
 	cost := liveCost{asked: median(asked), listed: median(listed)}
-	if r := a.run(t, "deny", nameLive); r.Code != 0 {
-		t.Fatalf("aisb deny %s: %s", nameLive, r)
+	if r := a.run(t, "deny", n.live); r.Code != 0 {
+		t.Fatalf("aisb deny %s: %s", n.live, r)
 	}
-	if code, _, out := s.do(curlCode(nameLive)); code == 0 || !strings.Contains(out, "connect=403") {
-		t.Errorf("after aisb deny: %s: %d %s", nameLive, code, out)
+	if code, _, out := s.do(curlCode(n.live)); code == 0 || !strings.Contains(out, "connect=403") {
+		t.Errorf("after aisb deny: %s: %d %s", n.live, code, out)
 	}
 	if strings.Contains(s.stderr.String(), "question path") {
 		t.Errorf("the question path failed: %s", s.stderr)
 	}
 	if a.host != "" {
 		// A gate on an engine named by CONTAINER_HOST: its bridge.
-		bridgeKilled(t, a, s, podman)
+		bridgeKilled(t, a, s, podman, n)
 	}
 	if err := s.end(); err != nil {
 		t.Errorf("aisb run: %v; stderr: %s", err, s.stderr)
@@ -204,22 +204,22 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 		switch {
 		case e.Event == audit.EventPolicyChange:
 			changes = append(changes, e.Action+" "+e.Host)
-		case e.Host == nameLive:
+		case e.Host == n.live:
 			requests = append(requests, e.Rule)
 		}
 	}
-	wantChanges, wantRequests := "allow "+nameLive+",deny "+nameLive, "not_listed,allowed,"+strings.Repeat("allowed,", 25)+"not_listed"
+	wantChanges, wantRequests := "allow "+n.live+",deny "+n.live, "not_listed,allowed,"+strings.Repeat("allowed,", 25)+"not_listed"
 	if a.host != "" {
-		wantChanges, wantRequests = wantChanges+",allow "+nameLive, wantRequests+",not_listed"
+		wantChanges, wantRequests = wantChanges+",allow "+n.live, wantRequests+",not_listed"
 	}
 	if got, want := strings.Join(changes, ","), wantChanges; got != want {
 		t.Errorf("the caller's audit's policy changes:\n got %s\nwant %s", got, want)
 	}
 	if got, want := strings.Join(requests, ","), wantRequests; got != want {
-		t.Errorf("the caller's audit's requests for %s:\n got %s\nwant %s", nameLive, got, want)
+		t.Errorf("the caller's audit's requests for %s:\n got %s\nwant %s", n.live, got, want)
 	}
 	au := a.run(t, "audit", "--session", s.id)
-	for _, want := range []string{"POLICY   allow " + nameLive + "  by uid ", "ALLOWED  CONNECT " + nameLive + ":443  200", "BLOCKED  CONNECT " + nameLive + ":443  403"} {
+	for _, want := range []string{"POLICY   allow " + n.live + "  by uid ", "ALLOWED  CONNECT " + n.live + ":443  200", "BLOCKED  CONNECT " + n.live + ":443  403"} {
 		if !strings.Contains(au.Stdout, want) {
 			t.Errorf("aisb audit lacks %q:\n%s", want, au.Stdout)
 		}
@@ -234,7 +234,7 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 	}
 	start = time.Now()
 	mark = testhost.DNSMark(t)
-	s = startLive(t, a, "--ask", "--allow", nameListed)
+	s = startLive(t, a, "--ask", "--allow", n.listed)
 	s.put = intoSandbox(t, s, podman)
 	w := startWatch(t, a, s.id)
 	t.Logf("ask session %s watched after %v", s.id, time.Since(start).Round(time.Millisecond))
@@ -259,16 +259,16 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 		r := <-res
 		return r.code, r.ms, r.out
 	}
-	if code, ms, out := ask(nameAsk, "o"); code != 0 || !strings.Contains(out, "code=200") {
-		t.Errorf("answered yes once: %s: %d %s", nameAsk, code, out)
+	if code, ms, out := ask(n.ask, "o"); code != 0 || !strings.Contains(out, "code=200") {
+		t.Errorf("answered yes once: %s: %d %s", n.ask, code, out)
 	} else {
-		t.Logf("%s admitted by the watcher's answer in %d ms", nameAsk, ms)
+		t.Logf("%s admitted by the watcher's answer in %d ms", n.ask, ms)
 	}
-	if code, ms, out := ask(nameRefused, ""); code == 0 || !strings.Contains(out, "connect=403") || ms < 1900 {
-		t.Errorf("not answered: %s: %d after %d ms: %s", nameRefused, code, ms, out)
+	if code, ms, out := ask(n.refused, ""); code == 0 || !strings.Contains(out, "connect=403") || ms < 1900 {
+		t.Errorf("not answered: %s: %d after %d ms: %s", n.refused, code, ms, out)
 	}
-	if slices.Contains(testhost.DNSQueries(t, mark), nameRefused) {
-		t.Errorf("the unanswered %s was resolved", nameRefused)
+	if slices.Contains(testhost.DNSQueries(t, mark), n.refused) {
+		t.Errorf("the unanswered %s was resolved", n.refused)
 	}
 	if err := s.end(); err != nil {
 		t.Errorf("aisb run --ask: %v; stderr: %s", err, s.stderr)
@@ -279,7 +279,7 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 			asks = append(asks, e.Action+":"+e.Host)
 		}
 	}
-	if want := "once:" + nameAsk + ",timeout:" + nameRefused; strings.Join(asks, ",") != want {
+	if want := "once:" + n.ask + ",timeout:" + n.refused; strings.Join(asks, ",") != want {
 		t.Errorf("the ask session's audit:\n got %s\nwant %s", strings.Join(asks, ","), want)
 	}
 	t.Logf("the live checks took %v", time.Since(start).Round(time.Millisecond))
@@ -289,7 +289,7 @@ func liveChecks(t *testing.T, a *aisbUser, podman enginePodman) liveCost {
 // bridgeKilled: fail closed with the remote gate's bridge killed (a dead
 // exec): the name allowed again is refused, and aisb says so. (The
 // pattern is split so that the shell's own command line does not match.)
-func bridgeKilled(t *testing.T, a *aisbUser, s *liveSession, podman enginePodman) {
+func bridgeKilled(t *testing.T, a *aisbUser, s *liveSession, podman enginePodman, n liveNames) {
 	t.Helper()
 	kctx, kcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer kcancel()
@@ -305,11 +305,11 @@ func bridgeKilled(t *testing.T, a *aisbUser, s *liveSession, podman enginePodman
 	}); err != nil {
 		t.Error(err)
 	}
-	if r := a.run(t, "allow", "--session", s.id, nameLive); r.Code != 0 {
-		t.Fatalf("aisb allow %s again: %s", nameLive, r)
+	if r := a.run(t, "allow", "--session", s.id, n.live); r.Code != 0 {
+		t.Fatalf("aisb allow %s again: %s", n.live, r)
 	}
-	if code, _, out := s.do(curlCode(nameLive)); code == 0 || !strings.Contains(out, "connect=403") {
-		t.Errorf("allowed, with the bridge dead: %s: %d %s", nameLive, code, out)
+	if code, _, out := s.do(curlCode(n.live)); code == 0 || !strings.Contains(out, "connect=403") {
+		t.Errorf("allowed, with the bridge dead: %s: %d %s", n.live, code, out)
 	}
 }
 

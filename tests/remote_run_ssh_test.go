@@ -66,6 +66,7 @@ func TestRemoteRunSSH(t *testing.T) {
 		env: []string{"CONTAINER_SSHKEY=" + key, "AISB_SSH_KNOWN_HOSTS=" + known}, as: as,
 		allowed: "sshengine.test", refused: "sshrefused.test", ssh: "sshgit.test",
 		tunnels: "/run/user/" + caller.Uid + "/aisb/ssh-*",
+		live:    &liveNames{listed: "sshlisted.test", live: "sshlive.test", ask: "sshask.test", refused: "sshliverefused.test"},
 	})
 }
 

@@ -36,6 +36,10 @@ type remoteEngine struct {
 	// tunnels are the caller's ssh:// tunnel directories (a glob), "" for
 	// none.
 	tunnels string
+	// live, when set, runs the live steering's and the state volume's
+	// checks too (liveChecks, stateChecks) with these names; for unix://
+	// TestRemoteLive runs them.
+	live *liveNames
 }
 
 // TestRemoteRun (issue #29, items 1, 2 and 4a): `aisb run` on another
@@ -281,6 +285,24 @@ env = "TEST_API_KEY"
 
 	if e.ssh != "" {
 		t.Run("ssh", func(t *testing.T) { remoteSSH(t, ctx, a, e) })
+	}
+
+	if e.live != nil {
+		podman := func(ctx context.Context, args ...string) *exec.Cmd {
+			return e.as(ctx, eu, append([]string{"podman"}, args...)...)
+		}
+		t.Run("live", func(t *testing.T) {
+			al := newAisb(t, base, dnsConfig()+"ask_timeout = 2\n")
+			al.host, al.env = a.host, a.env
+			t.Logf("on %s: %s", e.uri, liveChecks(t, al, podman, *e.live))
+			noneLeft(t, left(t))
+		})
+		t.Run("state", func(t *testing.T) {
+			as := newAisb(t, base, "")
+			as.host, as.env = a.host, a.env
+			stateChecks(t, as, podman)
+			noneLeft(t, left(t))
+		})
 	}
 
 	t.Run("gate killed", func(t *testing.T) {

@@ -20,9 +20,11 @@
 # tp.test and tprefused.test, the Kubernetes pod's kube.test and
 # kuberefused.test, the remote engine's remote.test and remoterefused.test,
 # the engine that shares the project's path shared.test and sharedrefused.test,
-# the ssh:// engine's sshengine.test, sshrefused.test and sshgit.test (the SSH
-# server's), and the remote live steering's (tests/remote_live_test.go)
-# remotelisted.test, remotelive.test, remoteask.test and liverefused.test, for the same reason.
+# the ssh:// engine's sshengine.test, sshrefused.test, sshgit.test (the SSH
+# server's) and, for its live steering, sshlisted.test, sshlive.test,
+# sshask.test and sshliverefused.test, and the unix:// engine's live
+# steering's (tests/remote_live_test.go) remotelisted.test, remotelive.test,
+# remoteask.test and liverefused.test, for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -57,7 +59,7 @@ $AISB_UPSTREAM_ADDR remotelisted.test remotelive.test remoteask.test liverefused
 198.51.100.1 hostself.test
 $AISB_UPSTREAM_ADDR mixed.test
 2001:db8:77::10 v6.test
-$AISB_UPSTREAM_ADDR sshengine.test sshrefused.test
+$AISB_UPSTREAM_ADDR sshengine.test sshrefused.test sshlisted.test sshlive.test sshask.test sshliverefused.test
 $AISB_SSH_ADDR git.test gitother.test sshgit.test
 HOSTS
 }
