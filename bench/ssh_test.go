@@ -25,7 +25,7 @@ import (
 // Close alone, and Connect + one trivial container (create, start, wait,
 // remove) + Close (tests/sshengine -do pairs).
 func BenchmarkSSHEngine(b *testing.B) {
-	name := cmp.Or(os.Getenv("AISB_ENGINE_USER"), "aisbengine")
+	name := cmp.Or(os.Getenv("AISB_ENGINE_SSH_USER"), "aisbengine2")
 	const what, whatRun = "Connect over ssh:// (same service as local)", "Connect + a trivial container over ssh:// (same service)"
 	eu, err := osuser.Lookup(name)
 	hostKey, kerr := os.ReadFile(filepath.Join(testhost.EngineSSHDir, "host_ed25519.pub"))

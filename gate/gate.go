@@ -87,6 +87,7 @@ type Gate struct {
 	// (remote.go), nil for a local gate; logs follows its logs.
 	remote engine.Engine
 	logs   *remoteLogs
+	relay  *relay // a remote gate's question path (bridge.go); nil without one
 }
 
 // CACert is the session CA (PEM) the sandbox must trust for credential
@@ -247,6 +248,7 @@ func (g *Gate) Stop(c engine.Engine) error {
 // Kill kills and removes the gate at once.
 func (g *Gate) Kill(c engine.Engine) error {
 	g.hold.release()
+	g.relay.stop()
 	// A kill that fails because the gate is already gone is fine: Remove
 	// below is what must succeed, and it reports its own failure.
 	_ = c.ContainerKill(context.TODO(), g.Name, "KILL")

@@ -1,6 +1,6 @@
 package gate
 
-// (One file of about 440 lines: the probe, the copy of the gate's files,
+// (One file of about 450 lines: the probe, the copy of the gate's files,
 // its logs and its life are one path, each step what the next relies on.)
 //
 // A gate on an engine that is not local (engine.Locality: another user's
@@ -26,6 +26,9 @@ package gate
 //     is killed and the stream has ended, the copy is complete;
 //   - ready is squid's check of its TLS port seen in that copy while the
 //     container runs; alive is the container running (asked every 250 ms).
+//   - with a live server (aisb allow, ask mode), squid's helper asks the
+//     bridge in the gate, which aisb runs there as an exec and answers
+//     (bridge.go); the gate is ready once the bridge listens.
 //
 // Not done there: the hold of the TLS port (hold.go), the check that squid
 // alone listens on it (alive.go) and the take-over of the front when the
@@ -57,8 +60,15 @@ import (
 // Options: the probe's program.
 type Remote struct {
 	// Probe is aisb-gatehelper built for the engine's machine (it runs
-	// there as the probe).
+	// there as the probe, squid's helper and its bridge).
 	Probe string
+	// Ask, when set, answers the names the gate's list does not hold (the
+	// session's live server: aisb allow, ask mode): squid's helper asks
+	// the bridge in the gate, which relays each question here through the
+	// API (bridge.go). Nil: the gate admits its list alone.
+	Ask func(host string) bool
+	// Logf says on stderr what goes wrong with the question path.
+	Logf func(string, ...any)
 }
 
 // ProbeResult is what the probe printed (cmd/aisb-gatehelper's Probe).
@@ -85,8 +95,9 @@ func remoteCommand() (entrypoint, command []string) {
 	return []string{probeProgram, "--probe", dirInContainer, "--"}, []string{"squid", "-N", "-f", dirInContainer + "/squid.conf"}
 }
 
-// copyProbe copies the probe's program into the created gate, root's.
-func copyProbe(c engine.Engine, name, program string) error {
+// copyProbe copies the probe's program into the created gate, root's, and
+// with ask the bridge's directory, squid's user's alone.
+func copyProbe(c engine.Engine, name, program string, ask bool) error {
 	bin, err := os.ReadFile(program)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrProbe, err)
@@ -95,6 +106,9 @@ func copyProbe(c engine.Engine, name, program string) error {
 	tw := tar.NewWriter(&tb)
 	tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(probeProgram, "/"), Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg, ModTime: time.Now()})
 	tw.Write(bin)
+	if ask {
+		tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(bridgeDir, "/") + "/", Mode: 0o700, Typeflag: tar.TypeDir, Uid: proxyUID, Gid: proxyUID, ModTime: time.Now()})
+	}
 	if err := tw.Close(); err != nil {
 		return err
 	}
@@ -104,13 +118,26 @@ func copyProbe(c engine.Engine, name, program string) error {
 	return nil
 }
 
+// probeAsk is how often probeLine asks the gate's logs itself.
+const probeAsk = 25 * time.Millisecond
+
 // probeLine waits for the probe's line in the copy of the gate's stderr
-// (cache.log) while the gate runs.
+// (cache.log) while the gate runs. It also asks the logs to their present
+// end every probeAsk: the service's follow reads the container's log file
+// every 250 ms (Podman's tail polls it), and the session waits for this
+// line before anything else of the gate.
 func (g *Gate) probeLine(c engine.Engine) (ProbeResult, error) {
 	deadline := time.Now().Add(probeWait)
+	var asked time.Time
 	for i := 0; ; i++ {
 		if b, err := os.ReadFile(filepath.Join(g.Dir, "cache.log")); err == nil {
 			if line, _, ok := bytes.Cut(b, []byte("\n")); ok {
+				return parseProbe(line)
+			}
+		}
+		if time.Since(asked) >= probeAsk {
+			asked = time.Now()
+			if line, ok := g.firstErrLine(c); ok {
 				return parseProbe(line)
 			}
 		}
@@ -123,6 +150,19 @@ func (g *Gate) probeLine(c engine.Engine) (ProbeResult, error) {
 		}
 		time.Sleep(4 * time.Millisecond)
 	}
+}
+
+// firstErrLine is the first line of the gate's stderr so far, asked of
+// the service (not followed); false while there is none.
+func (g *Gate) firstErrLine(c engine.Engine) ([]byte, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var errs bytes.Buffer
+	if err := c.ContainerLogs(ctx, g.Name, false, io.Discard, &errs); err != nil {
+		return nil, false
+	}
+	line, _, ok := bytes.Cut(errs.Bytes(), []byte("\n"))
+	return line, ok
 }
 
 // parseProbe reads the probe's line; ports must be two distinct ones.
@@ -155,7 +195,9 @@ func truncate(b []byte, n int) string {
 // there. On failure the gate is removed.
 func createRemote(c engine.Engine, o Options) (*Gate, error) {
 	if o.HelperDir != "" {
-		return nil, errors.New("start gate: a gate on an engine that is not local cannot ask this host's aisb (no live allow or ask mode there)")
+		// A directory of this host cannot be mounted there: the question
+		// path is the bridge (Remote.Ask).
+		return nil, errors.New("start gate: a gate on an engine that is not local asks through the API (Remote.Ask), not a helper directory of this host")
 	}
 	tokens, err := newTokens()
 	if err != nil {
@@ -172,7 +214,7 @@ func createRemote(c engine.Engine, o Options) (*Gate, error) {
 	fail := func(err error) (*Gate, error) {
 		return nil, errors.Join(fmt.Errorf("start gate: %w", err), g.Kill(c))
 	}
-	if err := copyProbe(c, g.Name, o.Remote.Probe); err != nil {
+	if err := copyProbe(c, g.Name, o.Remote.Probe, o.Remote.Ask != nil); err != nil {
 		return fail(err)
 	}
 	// A stale copy of the logs (a gate killed before) is not this one's.
@@ -184,6 +226,10 @@ func createRemote(c engine.Engine, o Options) (*Gate, error) {
 	}
 	if err := g.followLogs(); err != nil {
 		return fail(fmt.Errorf("follow its logs: %w", err))
+	}
+	if o.Remote.Ask != nil {
+		// Started now, while the probe runs; Open waits for it to listen.
+		g.relay = startRelay(c, g.Name, o.Remote.Ask, o.Remote.Logf)
 	}
 	p, err := g.probeLine(c)
 	if err != nil {
@@ -352,7 +398,7 @@ func (g *Gate) openRemote(c engine.Engine, timeout time.Duration) error {
 	for i := 0; ; i++ {
 		if g.tlsPortChecked() {
 			if g.running(c) {
-				return nil
+				return g.relayReady(c, time.Until(deadline))
 			}
 			return errors.Join(fmt.Errorf("start gate: squid exited: %s", g.squidError()), g.Kill(c))
 		}
@@ -367,6 +413,19 @@ func (g *Gate) openRemote(c engine.Engine, timeout time.Duration) error {
 	}
 }
 
+// relayReady waits, at most within, for the gate's question path to
+// listen, when it has one: a gate that could not ask would refuse what
+// aisb allow admits. On failure the gate is removed.
+func (g *Gate) relayReady(c engine.Engine, within time.Duration) error {
+	if g.relay == nil {
+		return nil
+	}
+	if err := g.relay.waitReady(max(within, 2*time.Second)); err != nil {
+		return errors.Join(fmt.Errorf("start gate: %w", err), g.Kill(c))
+	}
+	return nil
+}
+
 // killRemote kills the remote gate's squid through the API and waits for
 // its logs' stream to end (at most within): its access log's copy is then
 // complete.
@@ -376,6 +435,7 @@ func (g *Gate) openRemote(c engine.Engine, timeout time.Duration) error {
 // stopped and the logs are asked once more, to their end, and what the
 // stream had not yet written is added.
 func (g *Gate) killRemote(within time.Duration) bool {
+	g.relay.stop()
 	_ = g.remote.ContainerKill(context.TODO(), g.Name, "KILL")
 	if g.logs == nil {
 		return true

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aisb-dev/aisb/internal/engine/enginefake"
 )
@@ -67,5 +68,29 @@ func TestCopyGateDir(t *testing.T) {
 		if strings.HasSuffix(p, ".log") {
 			t.Errorf("copied %s", p)
 		}
+	}
+}
+
+// TestProbeLineAsksTheLogs: the probe's line is read from the gate's logs
+// asked to their present end, not only from the followed stream's copy
+// (which the service writes some 250 ms late): here no copy is ever
+// written, and the line is still read, within a few asks.
+func TestProbeLineAsksTheLogs(t *testing.T) {
+	dir := t.TempDir()
+	f := enginefake.New()
+	line := `{"port":40001,"tls_port":40002,"addrs":["127.0.0.1/8"]}`
+	f.Output(enginefake.Name(ContainerName("probe-test")), nil, []byte(line+"\nsquid's own lines\n"))
+	s, _ := Spec(Options{Session: "probe-test", Dir: dir, Image: "aisb-gate:x", Remote: &Remote{}})
+	if _, err := f.ContainerCreate(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{Name: s.Name, Dir: dir, remote: f}
+	start := time.Now()
+	p, err := g.probeLine(f)
+	if err != nil || p.Port != 40001 || p.TLSPort != 40002 {
+		t.Fatalf("probeLine: %+v, %v", p, err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the line took %v", took)
 	}
 }

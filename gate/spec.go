@@ -84,8 +84,13 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 func squidConfig(o Options, host netaddr.Host, port, tlsPort int, defaultCA bool, tokens squidconf.Tokens) squidconf.Config {
 	cfg := squidconf.Config{Session: o.Session, Port: port, TLSPort: tlsPort, Dir: dirInContainer, Allowlist: o.Allowlist, SSHHosts: o.SSHHosts, DNS: o.DNS, Host: host,
 		Credentials: o.Credentials, DefaultCA: defaultCA, Tokens: tokens, Stream: o.Remote != nil}
-	if o.HelperDir != "" {
+	switch {
+	case o.HelperDir != "":
 		cfg.Helper = &squidconf.Helper{Program: helperMount + "/" + squidconf.HelperProgram, Socket: helperMount + "/" + squidconf.HelperSocket}
+	case o.Remote != nil && o.Remote.Ask != nil:
+		// The probe's program is the helper too; the bridge listens on
+		// its socket (bridge.go).
+		cfg.Helper = &squidconf.Helper{Program: probeProgram, Socket: bridgeSocket}
 	}
 	return cfg
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ type aisbUser struct {
 	helpers []string // AISB_ENTRYPOINT=…, AISB_GATEHELPER=…: each binary is built in a directory of its own
 	private bool     // no CONTAINER_HOST: aisb starts its own podman service
 	host    string   // CONTAINER_HOST instead of the test's own service
+	env     []string // variables for every invocation (an ssh:// engine's key and known_hosts)
 	svc     *services
 }
 
@@ -114,7 +116,7 @@ func (a *aisbUser) runEnv(t *testing.T, env []string, args ...string) testhost.R
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	return testhost.Run(t, a.harness().Command(t, ctx, a.containerHost(t), env, args...))
+	return testhost.Run(t, a.harness().Command(t, ctx, a.containerHost(t), append(slices.Clip(a.env), env...), args...))
 }
 
 // containers are the names of the containers of a's sessions, those

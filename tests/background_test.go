@@ -48,6 +48,10 @@ func (a *aisbUser) start(t *testing.T, args ...string) *running {
 	cmd.Dir = a.project
 	r := &running{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
+	// A child that outlives aisb (an image build's, the watchdog) may hold
+	// its output pipes: the wait gives up on them rather than hanging the
+	// test (once, under load, until go test's timeout).
+	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -70,8 +70,12 @@ echo own-port=$port`
 			for _, u := range users[:sessions-1] {
 				files, _ := filepath.Glob(filepath.Join(u.project, "port-*"))
 				for _, f := range files {
+					// A file not yet written (the session's echo
+					// creates it first) is read again next time.
 					b, _ := os.ReadFile(f)
-					ports = append(ports, strings.TrimSpace(string(b)))
+					if p := strings.TrimSpace(string(b)); p != "" {
+						ports = append(ports, p)
+					}
 				}
 			}
 			return len(ports) == sessions || anyExited(runs)

@@ -65,7 +65,7 @@ func TestGateKilledMidSession(t *testing.T) {
 		"probe http-proxy $HTTP_PROXY http://allowed.test"+before+"; echo before=$?; touch /project/ready; "+
 			"while [ ! -e /project/go ]; do sleep 0.1; done; "+
 			"probe http-proxy $HTTP_PROXY http://allowed.test"+after+"; echo after=$?")
-	if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+	if !waitFor(3*time.Minute, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
 		t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
 	}
 	if !upstreamSaw(t, before) {
@@ -115,7 +115,7 @@ func TestTLSPortIntruderStopsTheGate(t *testing.T) {
 		curl+before+"; rc=$?; echo; echo before=$rc; touch /project/ready; "+
 			"while [ ! -e /project/go ]; do sleep 0.1; done; "+
 			curl+after+"; rc=$?; echo; echo after=$rc")
-	if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+	if !waitFor(3*time.Minute, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
 		t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
 	}
 	if !upstreamSaw(t, before) {
@@ -185,7 +185,7 @@ func TestSignalsReachTheAgent(t *testing.T) {
 			os.Remove(filepath.Join(a.project, "signal"))
 			r := a.start(t, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
 				`for s in TERM HUP INT; do trap "echo got-$s > /project/signal; exit 3" $s; done; touch /project/ready; while :; do sleep 0.1; done`)
-			if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+			if !waitFor(3*time.Minute, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
 				t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
 			}
 			pid := findProcess(a.bin, " run ")
@@ -232,7 +232,7 @@ func TestPodmanServiceDiesMidSession(t *testing.T) {
 	a := newAisb(t, testBaseImage(t), dnsConfig())
 	a.host = "unix://" + sock
 	r := a.start(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c", "touch /project/ready; sleep 600")
-	if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+	if !waitFor(3*time.Minute, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
 		t.Fatalf("the agent never got ready: %s %s", r.stdout, r.stderr)
 	}
 	svc := findProcess("podman", "system", "service", sock)
@@ -290,7 +290,7 @@ func TestAuditDirectoryUnwritable(t *testing.T) {
 		exec.Command("dd", "if=/dev/zero", "of="+filepath.Join(dir, "filler"), "bs=1k", "count=56").Run()
 		r := a.start(t, "run", "--allow", "allowed.test", "--harness", "shell", "--", "sh", "-c",
 			"for i in $(seq 80); do probe http-proxy $HTTP_PROXY http://allowed.test/audit-$i >/dev/null; done; echo requests-done; touch /project/ready; sleep 5")
-		if !waitFor(90*time.Second, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
+		if !waitFor(3*time.Minute, func() bool { return exists(filepath.Join(a.project, "ready")) }) {
 			t.Fatalf("the agent never finished its requests: %s %s", r.stdout, r.stderr)
 		}
 		if !waitFor(3*time.Second, func() bool { return r.stderrSays("audit", "stopped") }) || r.exited() {

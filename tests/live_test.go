@@ -46,6 +46,10 @@ type liveSession struct {
 	step   int
 	id     string
 	done   chan error
+	// put drops step n's command where the agent looks (/project/goN)
+	// when the project is not this host's directory (a remote engine's
+	// copy); nil: written into the project here.
+	put func(n int, command string)
 }
 
 func startLive(t *testing.T, a *aisbUser, args ...string) *liveSession {
@@ -144,6 +148,10 @@ func (s *liveSession) do(command string) (code, ms int, out string) {
 }
 
 func (s *liveSession) write(command string) {
+	if s.put != nil {
+		s.put(s.step, command)
+		return
+	}
 	tmp := filepath.Join(s.a.project, ".go.tmp")
 	if err := os.WriteFile(tmp, []byte(command), 0o644); err != nil {
 		s.t.Fatal(err)

@@ -26,34 +26,32 @@ import (
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
-// remoteEngine is an engine that is not local as the checks reach it.
-type remoteEngine struct {
-	Name string   // for messages: the engine's user
-	Host string   // CONTAINER_HOST
-	Env  []string // what else aisb needs to reach it (CONTAINER_SSHKEY=…, AISB_SSH_KNOWN_HOSTS=… for ssh://)
-	Base string   // the base image in the engine's storage (engineBaseImage)
-	// Podman runs podman as the engine's user on the engine's host: what
-	// the checks see there, never through aisb.
-	Podman func(ctx context.Context, args ...string) *exec.Cmd
+// cmdEngine is the engine the checks reach (remoteRun's remoteEngine: its
+// URI, aisb's environment for it, and how to act as its user on its host)
+// and the base image in its storage.
+type cmdEngine struct {
+	remoteEngine
+	base string
 }
 
-// unixEngine is the engine user's service on sock, as TestRemoteRun uses it.
-func unixEngine(eu string, sock, base string, as func(context.Context, ...string) *exec.Cmd) remoteEngine {
-	return remoteEngine{Name: eu, Host: "unix://" + sock, Base: base,
-		Podman: func(ctx context.Context, args ...string) *exec.Cmd {
-			return as(ctx, append([]string{"podman"}, args...)...)
-		}}
+// name is the engine's user, for messages.
+func (e cmdEngine) name() string { return e.eu.Username }
+
+// podman runs podman as the engine's user on the engine's host: what the
+// checks see there, never through aisb.
+func (e cmdEngine) podman(ctx context.Context, args ...string) *exec.Cmd {
+	return e.as(ctx, e.eu, append([]string{"podman"}, args...)...)
 }
 
 // objects are the engine's aisb containers and volumes (the ssh:// test's
 // probes, which come and go beside it, left out).
-func (e remoteEngine) objects(t *testing.T, ctx context.Context) []string {
+func (e cmdEngine) objects(t *testing.T, ctx context.Context) []string {
 	t.Helper()
 	var out []string
 	for _, args := range [][]string{{"ps", "-a", "--format", "{{.Names}}"}, {"volume", "ls", "--format", "{{.Name}}"}} {
-		r := testhost.Run(t, e.Podman(ctx, args...))
+		r := testhost.Run(t, e.podman(ctx, args...))
 		if r.Code != 0 {
-			t.Fatalf("podman %v as %s: %s", args, e.Name, r)
+			t.Fatalf("podman %v as %s: %s", args, e.name(), r)
 		}
 		for _, n := range strings.Fields(r.Stdout) {
 			if strings.HasPrefix(n, "aisb-") && !strings.HasPrefix(n, sshProbePrefix) {
@@ -81,23 +79,23 @@ func (e remoteEngine) objects(t *testing.T, ctx context.Context) []string {
 //     and is refused the others (the refused name never resolved, a direct
 //     connection dropped), and gate down removes it and its follower with
 //     both decisions in `aisb audit`.
-func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remoteEngine) {
-	a.host = e.Host
-	env := append([]string{"AISB_TRACE=1"}, e.Env...)
+func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e cmdEngine) {
+	a.host, a.env = e.uri, e.env
+	env := []string{"AISB_TRACE=1"}
 	aisb := func(t *testing.T, args ...string) testhost.Result {
 		t.Helper()
 		start := time.Now()
 		r := a.runEnv(t, env, args...)
-		t.Logf("aisb %s on %s's engine: exit %d in %v", strings.Join(args, " "), e.Name, r.Code, time.Since(start).Round(time.Millisecond))
+		t.Logf("aisb %s on %s's engine: exit %d in %v", strings.Join(args, " "), e.name(), r.Code, time.Since(start).Round(time.Millisecond))
 		return r
 	}
 	left := func(t *testing.T, what string) {
 		t.Helper()
 		if l := e.objects(t, ctx); len(l) > 0 {
-			t.Errorf("left on %s's engine after %s: %v", e.Name, what, l)
+			t.Errorf("left on %s's engine after %s: %v", e.name(), what, l)
 		}
 	}
-	notLocal := "trace: engine at " + e.Host + " is not local"
+	notLocal := "trace: engine at " + e.uri + " is not local"
 
 	t.Run("doctor", func(t *testing.T) {
 		r := aisb(t, "doctor", "--json")
@@ -112,26 +110,26 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 			}
 			got[ch.Name] = append(got[ch.Name], ch.Status+" "+ch.Reason)
 			if ch.Status == "FAIL" {
-				t.Errorf("doctor on %s's engine: %s FAIL: %s", e.Name, ch.Name, ch.Reason)
+				t.Errorf("doctor on %s's engine: %s FAIL: %s", e.name(), ch.Name, ch.Reason)
 			}
 		}
 		if r.Code != 0 {
-			t.Errorf("doctor on %s's engine: exit %d: %s", e.Name, r.Code, r)
+			t.Errorf("doctor on %s's engine: exit %d: %s", e.name(), r.Code, r)
 		}
 		for _, name := range []string{"podman", "network helper", "subordinate ids", "storage driver", "resource limits", "gate", "control",
 			"table installed", "gate reachable", "other host ports", "direct UDP and DNS", "raw sockets", "agent vs table", "privileges", "fails closed"} {
 			if len(got[name]) == 0 || (name != "resource limits" && !strings.HasPrefix(got[name][0], "PASS")) {
-				t.Errorf("doctor on %s's engine: check %q: %q", e.Name, name, got[name])
+				t.Errorf("doctor on %s's engine: check %q: %q", e.name(), name, got[name])
 			}
 		}
-		if eng := got["engine"]; len(eng) != 1 || !strings.Contains(eng[0], e.Host+" is not local") {
-			t.Errorf("doctor does not say it checked %s, not local: %q", e.Host, eng)
+		if eng := got["engine"]; len(eng) != 1 || !strings.Contains(eng[0], e.uri+" is not local") {
+			t.Errorf("doctor does not say it checked %s, not local: %q", e.uri, eng)
 		}
 		if ids := got["subordinate ids"]; len(ids) != 2 || !strings.Contains(ids[0], "the engine's user namespace maps") {
 			t.Errorf("doctor judged this host's subordinate ids, not the engine's: %q", ids)
 		}
 		if rd := got["runtime dir"]; len(rd) != 0 {
-			t.Errorf("doctor checked this host's runtime directory for %s's engine: %q", e.Name, rd)
+			t.Errorf("doctor checked this host's runtime directory for %s's engine: %q", e.name(), rd)
 		}
 		if g := got["gate"]; len(g) == 1 {
 			t.Logf("doctor: %s", g[0])
@@ -155,18 +153,18 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 			}
 			tags = append(tags, img.Tag)
 		}
-		there := testhost.Run(t, e.Podman(ctx, "images", "--format", "{{.Repository}}:{{.Tag}}"))
+		there := testhost.Run(t, e.podman(ctx, "images", "--format", "{{.Repository}}:{{.Tag}}"))
 		if r.Code != 0 || len(tags) < 2 || there.Code != 0 {
-			t.Fatalf("aisb image ls on %s's engine: %v: %s\nthe engine's images: %s", e.Name, tags, r, there)
+			t.Fatalf("aisb image ls on %s's engine: %v: %s\nthe engine's images: %s", e.name(), tags, r, there)
 		}
 		for _, tag := range tags {
 			if !slices.Contains(strings.Fields(there.Stdout), tag) {
-				t.Errorf("aisb image ls lists %s, which %s's storage lacks: %s", tag, e.Name, there.Stdout)
+				t.Errorf("aisb image ls lists %s, which %s's storage lacks: %s", tag, e.name(), there.Stdout)
 			}
 		}
 		b := aisb(t, "image", "build", "--harness", "shell")
 		if b.Code != 0 || strings.Count(b.Stdout, "up to date") != 2 || !strings.Contains(b.Stderr, notLocal) {
-			t.Errorf("aisb image build --harness shell after doctor built its images on %s's engine: %s", e.Name, b)
+			t.Errorf("aisb image build --harness shell after doctor built its images on %s's engine: %s", e.name(), b)
 		}
 	})
 
@@ -177,20 +175,20 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		_, name, _ := strings.Cut(r.Stderr, "files into ")
 		name = strings.TrimSpace(strings.SplitN(name, "\n", 2)[0])
 		if r.Code != 0 || !strings.HasPrefix(name, "aisb-state-pi-") {
-			t.Fatalf("aisb state import pi on %s's engine (home %s): %s", e.Name, home, r)
+			t.Fatalf("aisb state import pi on %s's engine (home %s): %s", e.name(), home, r)
 		}
-		if vols := testhost.Run(t, e.Podman(ctx, "volume", "ls", "--format", "{{.Name}}")); !slices.Contains(strings.Fields(vols.Stdout), name) {
-			t.Fatalf("the imported volume %s is not on %s's engine: %s", name, e.Name, vols)
+		if vols := testhost.Run(t, e.podman(ctx, "volume", "ls", "--format", "{{.Name}}")); !slices.Contains(strings.Fields(vols.Stdout), name) {
+			t.Fatalf("the imported volume %s is not on %s's engine: %s", name, e.name(), vols)
 		}
 		if own := testhost.Podman(t, "volume", "ls", "--format", "{{.Name}}"); slices.Contains(strings.Fields(own.Stdout), name) {
 			t.Fatalf("the imported volume %s is in the caller's own Podman", name)
 		}
 		if ls := a.runEnv(t, env, "state", "ls", "--json"); ls.Code != 0 || !strings.Contains(ls.Stdout, `"name":"`+name+`"`) {
-			t.Errorf("aisb state ls on %s's engine does not list %s: %s", e.Name, name, ls)
+			t.Errorf("aisb state ls on %s's engine does not list %s: %s", e.name(), name, ls)
 		}
 		tarFile := filepath.Join(testhost.UserDir(t), "state.tar")
 		if ex := a.runEnv(t, env, "state", "export", "-o", tarFile, name); ex.Code != 0 {
-			t.Errorf("aisb state export on %s's engine: %s", e.Name, ex)
+			t.Errorf("aisb state export on %s's engine: %s", e.name(), ex)
 		} else if got := tarFileContent(t, tarFile, ".pi/agent/settings.json"); got != `{"theme":"imported-theme"}` {
 			t.Errorf("the exported state's settings.json is %q", got)
 		}
@@ -198,26 +196,26 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		// this host can judge, so rm refuses, naming it, and leaves the
 		// volume.
 		exited := fmt.Sprintf("aisb-h4exited-%d", time.Now().UnixNano())
-		if c := testhost.Run(t, e.Podman(ctx, "run", "--name", exited, "--label", "io.aisb.kind=sandbox", "--network", "none", "-v", name+":/x", e.Base, "true")); c.Code != 0 {
-			t.Fatalf("make an exited sandbox on %s's engine: %s", e.Name, c)
+		if c := testhost.Run(t, e.podman(ctx, "run", "--name", exited, "--label", "io.aisb.kind=sandbox", "--network", "none", "-v", name+":/x", e.base, "true")); c.Code != 0 {
+			t.Fatalf("make an exited sandbox on %s's engine: %s", e.name(), c)
 		}
 		rm := a.runEnv(t, env, "state", "rm", name)
 		if rm.Code == 0 || !strings.Contains(rm.Stderr, "a sandbox still mounts it: the exited sandbox "+exited) || !strings.Contains(rm.Stderr, "podman rm "+exited) {
-			t.Errorf("aisb state rm on %s's engine with an exited sandbox mounting the volume: %s", e.Name, rm)
+			t.Errorf("aisb state rm on %s's engine with an exited sandbox mounting the volume: %s", e.name(), rm)
 		}
-		if vols := testhost.Run(t, e.Podman(ctx, "volume", "ls", "--format", "{{.Name}}")); !slices.Contains(strings.Fields(vols.Stdout), name) {
+		if vols := testhost.Run(t, e.podman(ctx, "volume", "ls", "--format", "{{.Name}}")); !slices.Contains(strings.Fields(vols.Stdout), name) {
 			t.Errorf("the refused state rm removed %s", name)
 		}
-		testhost.Run(t, e.Podman(ctx, "rm", "-f", exited))
+		testhost.Run(t, e.podman(ctx, "rm", "-f", exited))
 		if rm := a.runEnv(t, env, "state", "rm", name); rm.Code != 0 || !strings.Contains(rm.Stderr, "removed state volume "+name) {
-			t.Errorf("aisb state rm on %s's engine: %s", e.Name, rm)
+			t.Errorf("aisb state rm on %s's engine: %s", e.name(), rm)
 		}
 		left(t, "state rm")
 	})
 
 	t.Run("gate", func(t *testing.T) {
 		if r := aisb(t, "gate", "status"); r.Code != 0 || !strings.Contains(r.Stdout, "no gates running") {
-			t.Errorf("aisb gate status on %s's engine: %s", e.Name, r)
+			t.Errorf("aisb gate status on %s's engine: %s", e.name(), r)
 		}
 		// A long-lived gate on the engine's host, a session through it,
 		// and its audit complete once it is down. (The upstream is allowed
@@ -225,19 +223,19 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		// TestRemoteRun's.)
 		upstream := testhost.UpstreamAddr
 		// Control: the engine's host reaches the upstream without a sandbox.
-		if c := testhost.Run(t, e.Podman(ctx, "run", "--rm", "--network", "host", e.Base, "curl", "-sSk", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "https://"+upstream+"/")); c.Code != 0 || c.Stdout != "200" {
-			t.Fatalf("control: a plain container on %s's host network does not reach the upstream: %s", e.Name, c)
+		if c := testhost.Run(t, e.podman(ctx, "run", "--rm", "--network", "host", e.base, "curl", "-sSk", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "https://"+upstream+"/")); c.Code != 0 || c.Stdout != "200" {
+			t.Fatalf("control: a plain container on %s's host network does not reach the upstream: %s", e.name(), c)
 		}
 		up := aisb(t, "gate", "up", "--allow", upstream, "h4gate")
-		t.Cleanup(func() { testhost.Run(t, e.Podman(context.Background(), "rm", "-f", "aisb-gate-h4gate")) })
-		if up.Code != 0 || !strings.Contains(up.Stdout, "gate h4gate listening on 127.0.0.1:") || !strings.Contains(up.Stdout, "on the engine's host ("+e.Host+", not local)") {
-			t.Fatalf("aisb gate up on %s's engine: %s", e.Name, up)
+		t.Cleanup(func() { testhost.Run(t, e.podman(context.Background(), "rm", "-f", "aisb-gate-h4gate")) })
+		if up.Code != 0 || !strings.Contains(up.Stdout, "gate h4gate listening on 127.0.0.1:") || !strings.Contains(up.Stdout, "on the engine's host ("+e.uri+", not local)") {
+			t.Fatalf("aisb gate up on %s's engine: %s", e.name(), up)
 		}
-		if ps := testhost.Run(t, e.Podman(ctx, "ps", "--format", "{{.Names}}")); !slices.Contains(strings.Fields(ps.Stdout), "aisb-gate-h4gate") {
-			t.Fatalf("the long-lived gate does not run on %s's engine: %s", e.Name, ps)
+		if ps := testhost.Run(t, e.podman(ctx, "ps", "--format", "{{.Names}}")); !slices.Contains(strings.Fields(ps.Stdout), "aisb-gate-h4gate") {
+			t.Fatalf("the long-lived gate does not run on %s's engine: %s", e.name(), ps)
 		}
 		if st := aisb(t, "gate", "status"); st.Code != 0 || !strings.Contains(st.Stdout, "h4gate") || !strings.Contains(st.Stdout, "long-lived") {
-			t.Errorf("aisb gate status with the long-lived gate up on %s's engine: %s", e.Name, st)
+			t.Errorf("aisb gate status with the long-lived gate up on %s's engine: %s", e.name(), st)
 		}
 		mark := testhost.DNSMark(t)
 		r := aisb(t, "run", "--gate", "h4gate", "--harness", "shell", "--", "sh", "-c",
@@ -246,7 +244,7 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 				"curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+upstream+"/; echo direct=$?")
 		for _, want := range []string{"allowed=200", "refusedname=403", "direct=7"} {
 			if r.Code != 0 || !strings.Contains(r.Stdout, want) {
-				t.Errorf("aisb run --gate h4gate on %s's engine: want %q: %s", e.Name, want, r)
+				t.Errorf("aisb run --gate h4gate on %s's engine: want %q: %s", e.name(), want, r)
 			}
 		}
 		if slices.Contains(testhost.DNSQueries(t, mark), "h4refused.test") {
@@ -255,9 +253,9 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		// The gate is down at once: what it logged is in the audit all the same.
 		start := time.Now()
 		down := aisb(t, "gate", "down", "h4gate")
-		t.Logf("gate down on %s's engine took %v", e.Name, time.Since(start).Round(time.Millisecond))
+		t.Logf("gate down on %s's engine took %v", e.name(), time.Since(start).Round(time.Millisecond))
 		if down.Code != 0 || !strings.Contains(down.Stdout, "gate h4gate removed") {
-			t.Errorf("aisb gate down on %s's engine: %s", e.Name, down)
+			t.Errorf("aisb gate down on %s's engine: %s", e.name(), down)
 		}
 		au := a.run(t, "audit", "--session", "h4gate")
 		for _, want := range []string{"ALLOWED  CONNECT " + upstream + ":443  200", "BLOCKED  CONNECT h4refused.test:443  403"} {
@@ -276,18 +274,18 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		// Fail closed: a long-lived gate that dies under a session stops
 		// its sandbox; gate down then removes what is left of it.
 		if up := aisb(t, "gate", "up", "--allow", upstream, "h4gate"); up.Code != 0 {
-			t.Fatalf("aisb gate up again on %s's engine: %s", e.Name, up)
+			t.Fatalf("aisb gate up again on %s's engine: %s", e.name(), up)
 		}
 		gctx, gcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer gcancel()
-		cmd := a.harness().Command(t, gctx, e.Host, env, "run", "--gate", "h4gate", "--harness", "shell", "--", "sleep", "600")
+		cmd := a.harness().Command(t, gctx, e.uri, append(slices.Clip(a.env), env...), "run", "--gate", "h4gate", "--harness", "shell", "--", "sleep", "600")
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		err := testhost.WaitFor(time.Minute, func() error {
-			ps := testhost.Run(t, e.Podman(ctx, "ps", "--filter", "label=io.aisb.kind=sandbox", "--format", "{{.Names}}"))
+			ps := testhost.Run(t, e.podman(ctx, "ps", "--filter", "label=io.aisb.kind=sandbox", "--format", "{{.Names}}"))
 			if strings.TrimSpace(ps.Stdout) == "" {
 				return errors.New("no sandbox runs yet")
 			}
@@ -296,20 +294,20 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e remot
 		if err != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
-			t.Fatalf("the session through h4gate never ran on %s's engine: %v\n%s", e.Name, err, out.String())
+			t.Fatalf("the session through h4gate never ran on %s's engine: %v\n%s", e.name(), err, out.String())
 		}
 		time.Sleep(time.Second) // the sandbox's command runs, the watch began
 		start = time.Now()
-		if k := testhost.Run(t, e.Podman(ctx, "kill", "aisb-gate-h4gate")); k.Code != 0 {
-			t.Fatalf("kill the long-lived gate as %s: %s", e.Name, k)
+		if k := testhost.Run(t, e.podman(ctx, "kill", "aisb-gate-h4gate")); k.Code != 0 {
+			t.Fatalf("kill the long-lived gate as %s: %s", e.name(), k)
 		}
 		werr := cmd.Wait()
-		t.Logf("aisb run --gate ended %v after the long-lived gate was killed on %s's engine: %v", time.Since(start).Round(time.Millisecond), e.Name, werr)
+		t.Logf("aisb run --gate ended %v after the long-lived gate was killed on %s's engine: %v", time.Since(start).Round(time.Millisecond), e.name(), werr)
 		if werr == nil || !strings.Contains(out.String(), "so it stops the sandbox") {
 			t.Errorf("aisb run --gate after its gate was killed: %v\n%s", werr, out.String())
 		}
 		if down := aisb(t, "gate", "down", "h4gate"); down.Code != 0 {
-			t.Errorf("aisb gate down of the killed gate on %s's engine: %s", e.Name, down)
+			t.Errorf("aisb gate down of the killed gate on %s's engine: %s", e.name(), down)
 		}
 		if pid := findProcess(a.bin, "internal-follow", "h4gate"); pid != 0 {
 			t.Errorf("the killed gate's follower (pid %d) outlived gate down", pid)

@@ -1,6 +1,8 @@
-// TestRemoteRun and its helpers, in one file of about 300 lines: one
-// engine user's service, one project and one set of controls are shared
-// by the modes, the review, the credential and the leftovers' checks.
+// TestRemoteRun and remoteRun, the subtests it shares with TestRemoteRunSSH
+// (remote_run_ssh_test.go), in one file of about 400 lines: one engine
+// service, one project and one set of controls are shared by the modes,
+// the review, the credential, the path check and the leftovers' checks, for
+// either engine.
 
 package tests
 
@@ -9,47 +11,84 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
+// remoteEngine is an engine that is not local, as remoteRun drives it: how
+// aisb reaches it and how the test acts as its user on its host.
+type remoteEngine struct {
+	eu  *user.User
+	uri string   // CONTAINER_HOST
+	env []string // aisb's environment besides (the ssh:// key and known_hosts)
+	// as runs argv as eu on the engine's host (in its namespace for ssh://).
+	as func(ctx context.Context, eu *user.User, argv ...string) *exec.Cmd
+	// The upstream's names the test owns: one allowed, one refused (never
+	// resolved), and the test SSH server's ("" leaves the SSH subtest out).
+	allowed, refused, ssh string
+	// tunnels are the caller's ssh:// tunnel directories (a glob), "" for
+	// none.
+	tunnels string
+	// live, when set, runs the live steering's and the state volume's
+	// checks too (liveChecks, stateChecks) with these names; for unix://
+	// TestRemoteLive runs them.
+	live *liveNames
+}
+
 // TestRemoteRun (issue #29, items 1, 2 and 4a): `aisb run` on another
 // unprivileged user's rootless Podman, reached as CONTAINER_HOST=unix://…,
-// goes through that engine's API alone. In allow mode curl reaches the
-// allowed name through the gate, while the refused name (never resolved)
-// and a direct connection are refused, and both decisions are in the
-// caller's `aisb audit`; --net none reaches nothing, --net open reaches the
-// upstream directly; a credential's key reaches the upstream, never the
-// sandbox. The agent sees a copy of the project, without what
-// git ignores, and its changes reach the caller's project only through
-// aisb review --apply (a remote session is a review session). After
-// each run, and after a SIGKILL of aisb, nothing of the session is left on
-// the engine. Controls: the caller's files are not visible to the engine
-// user (its shell cannot list the project, its container cannot mount
-// it), and the upstream is reachable from the engine's host without the
-// sandbox.
+// goes through that engine's API alone (remoteRun says what is checked;
+// TestRemoteRunSSH the same over ssh://).
 func TestRemoteRun(t *testing.T) {
 	parallel(t)
-	lockEngine(t)
-	began := time.Now()
+	lockEngine(t, engineUser)
 	eu, err := user.Lookup(engineUser)
 	if err != nil {
 		testhost.Skip(t, "engine user %s missing (run tests/host/setup.sh): %v", engineUser, err)
 	}
+	base := engineBaseImage(t, eu)
+	sock := startEngineService(t, eu)
+	remoteRun(t, base, remoteEngine{eu: eu, uri: "unix://" + sock, as: asEngine, allowed: "remote.test", refused: "remoterefused.test"})
+}
+
+// remoteRun runs the remote session's subtests on e, with one project and
+// one set of controls. In allow mode curl reaches the allowed name
+// through the gate, while the refused name (never resolved) and a direct
+// connection are refused, and both decisions are in the caller's `aisb
+// audit`; --net none reaches nothing, --net open reaches the upstream
+// directly; a credential's key reaches the upstream, never the sandbox.
+// Whether the engine sees the project at the same path is checked, and it
+// does not: not at all (the project is 0700), not as the caller (opened to
+// it, its files would be its uid's), not the same directory (another one
+// mounted at that path in its namespace).
+// The agent sees a copy of the project, without what git ignores, and its
+// changes reach the caller's project only through aisb review --apply (a
+// remote session is a review session). Git over SSH goes through the gate
+// on the engine's host to the listed server, not to an unlisted one. A
+// gate killed on the engine stops the session in error. After each run,
+// and after a SIGKILL of aisb, nothing of the session is left on the
+// engine (what the agent wrote before the kill is in aisb review), nor on the caller's side (processes, tunnels, the registry, the
+// gate's secrets). Controls: the caller's files are not visible to the
+// engine user (its shell cannot list the project, its container cannot
+// mount it), and the upstream is reachable from the engine's host without
+// the sandbox.
+func remoteRun(t *testing.T, base string, e remoteEngine) {
+	began := time.Now()
+	eu := e.eu
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	base := engineBaseImage(t, ctx, eu)
-	sock := startEngineService(t, eu)
 	a := newAisb(t, base, dnsConfig())
-	a.host = "unix://" + sock
+	a.host, a.env = e.uri, e.env
 	up := testhost.UpstreamAddr
+	as := func(argv ...string) *exec.Cmd { return e.as(ctx, eu, argv...) }
+	left := func(t *testing.T) []string { return engineSession(t, ctx, eu, e.as) }
 
 	// The premise, and its control: the engine user cannot see the
 	// caller's project, neither from its shell nor from its containers.
@@ -62,44 +101,45 @@ func TestRemoteRun(t *testing.T) {
 	if r := testhost.Run(t, testhost.UserCommand(ctx, "git", "-C", a.project, "init", "-q")); r.Code != 0 {
 		t.Fatalf("git init: %s", r)
 	}
-	if r := testhost.Run(t, asEngine(ctx, eu, "ls", a.project)); r.Code == 0 {
-		t.Fatalf("control: %s lists the caller's project %s: %s", engineUser, a.project, r)
+	if r := testhost.Run(t, as("ls", a.project)); r.Code == 0 {
+		t.Fatalf("control: %s lists the caller's project %s: %s", eu.Username, a.project, r)
 	}
-	if r := testhost.Run(t, asEngine(ctx, eu, "podman", "run", "--rm", "--network=none", "-v", a.project+":/p", base, "cat", "/p/kept.txt")); r.Code == 0 || strings.Contains(r.Stdout, "from the caller") {
-		t.Fatalf("control: a container of %s reads the caller's project: %s", engineUser, r)
+	if r := testhost.Run(t, as("podman", "run", "--rm", "--network=none", "-v", a.project+":/p", base, "cat", "/p/kept.txt")); r.Code == 0 || strings.Contains(r.Stdout, "from the caller") {
+		t.Fatalf("control: a container of %s reads the caller's project: %s", eu.Username, r)
 	}
 	// Control: the upstream answers on the engine's host without a sandbox.
-	if r := testhost.Run(t, asEngine(ctx, eu, "curl", "-sSk", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "https://"+up+"/")); r.Code != 0 || r.Stdout != "200" {
-		t.Fatalf("control: the upstream does not answer %s on this host: %s", engineUser, r)
+	if r := testhost.Run(t, as("curl", "-sSk", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", "https://"+up+"/")); r.Code != 0 || r.Stdout != "200" {
+		t.Fatalf("control: the upstream does not answer %s on the engine's host: %s", eu.Username, r)
 	}
+	t.Logf("%v: controls done", time.Since(began).Round(time.Millisecond))
 
 	t.Run("allow", func(t *testing.T) {
 		mark := testhost.DNSMark(t)
 		start := time.Now()
-		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--allow", "remote.test", "--harness", "shell", "--", "sh", "-c",
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--allow", e.allowed, "--harness", "shell", "--", "sh", "-c",
 			"cat kept.txt; test -e ignored.txt; echo ignored=$?; echo agent > made.txt; "+
-				"curl -sSk --max-time 10 -o /dev/null -w 'allowed=%{http_code}\\n' https://remote.test/; "+
-				"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://remoterefused.test/; "+
+				"curl -sSk --max-time 10 -o /dev/null -w 'allowed=%{http_code}\\n' https://"+e.allowed+"/; "+
+				"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://"+e.refused+"/; "+
 				"curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+up+"/; echo direct=$?")
-		t.Logf("aisb run --allow on %s's engine: exit %d in %v", engineUser, r.Code, time.Since(start).Round(time.Millisecond))
+		t.Logf("aisb run --allow on %s: exit %d in %v", e.uri, r.Code, time.Since(start).Round(time.Millisecond))
 		for _, want := range []string{"from the caller", "ignored=1", "allowed=200", "refusedname=403", "direct=7"} {
 			if !strings.Contains(r.Stdout, want) {
-				t.Errorf("run --allow remote.test: want %q: %s", want, r)
+				t.Errorf("run --allow %s: want %q: %s", e.allowed, want, r)
 			}
 		}
+		// The engine user cannot see the caller's project (0700): the
+		// path check says "not shared" (its container cannot enter the
+		// mounted project), so it is a copy.
 		for _, want := range []string{"trace: engine at " + a.host + " is not local", "engine not local", "gate ready", "project copied to the engine",
-			"this is a review session; the project is copied to volume aisb-project-", "review: the copy's changes brought back (1 changed or new, 0 deleted)"} {
+			"project path checked on the engine: not shared (a container there ",
+			"the project is not shared with it (", "this is a review session; the project is copied to volume aisb-project-",
+			"review: the copy's changes brought back (1 changed or new, 0 deleted)"} {
 			if !strings.Contains(r.Stderr, want) {
-				t.Errorf("run --allow remote.test: stderr lacks %q: %s", want, r.Stderr)
+				t.Errorf("run --allow %s: stderr lacks %q: %s", e.allowed, want, r.Stderr)
 			}
 		}
-		for _, l := range strings.Split(r.Stderr, "\n") {
-			if strings.Contains(l, "trace:") && (strings.Contains(l, "gate") || strings.Contains(l, "project") || strings.Contains(l, "done")) {
-				t.Logf("%s", l)
-			}
-		}
-		if slices.Contains(testhost.DNSQueries(t, mark), "remoterefused.test") {
-			t.Errorf("the refused name remoterefused.test was resolved")
+		if slices.Contains(testhost.DNSQueries(t, mark), e.refused) {
+			t.Errorf("the refused name %s was resolved", e.refused)
 		}
 		// A review session: the agent's file is not in the project until
 		// aisb review --apply brings it back from the copy.
@@ -120,30 +160,98 @@ func TestRemoteRun(t *testing.T) {
 		}
 		// The audit, on the caller's side, complete at exit.
 		au := a.run(t, "audit")
-		for _, want := range []string{"ALLOWED  CONNECT remote.test:443  200", "BLOCKED  CONNECT remoterefused.test:443  403"} {
+		for _, want := range []string{"ALLOWED  CONNECT " + e.allowed + ":443  200", "BLOCKED  CONNECT " + e.refused + ":443  403"} {
 			if !strings.Contains(au.Stdout, want) {
 				t.Errorf("aisb audit lacks %q: %s", want, au)
 			}
 		}
-		noneLeft(t, ctx, eu)
+		noneLeft(t, left(t))
+	})
+
+	t.Run("startup", func(t *testing.T) {
+		// The trivial session's phases, for docs/remote.md's table.
+		start := time.Now()
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--allow", e.allowed, "--harness", "shell", "--", "true")
+		t.Logf("aisb run --allow %s -- true on %s: exit %d in %v", e.allowed, e.uri, r.Code, time.Since(start).Round(time.Millisecond))
+		if r.Code != 0 {
+			t.Errorf("aisb run -- true: %s", r)
+		}
+		for _, l := range strings.Split(r.Stderr, "\n") {
+			if strings.Contains(l, "trace:") {
+				t.Logf("%s", l)
+			}
+		}
+		noneLeft(t, left(t))
 	})
 
 	t.Run("none", func(t *testing.T) {
-		r := a.run(t, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
-			"cat kept.txt; curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+up+"/; echo direct=$?")
-		if r.Code != 0 || !strings.Contains(r.Stdout, "from the caller") || !strings.Contains(r.Stdout, "direct=7") {
-			t.Errorf("run --net none on %s's engine: %s", engineUser, r)
+		// The project open to everyone for this run: the engine user's
+		// container sees it at the same path and writes beside aisb's
+		// token, but as the engine user, so the agent's files would not
+		// be the caller's: not shared, the copy.
+		if err := os.Chmod(a.project, 0o777); err != nil {
+			t.Fatal(err)
 		}
-		noneLeft(t, ctx, eu)
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c",
+			"cat kept.txt; curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+up+"/; echo direct=$?")
+		if err := os.Chmod(a.project, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if r.Code != 0 || !strings.Contains(r.Stdout, "from the caller") || !strings.Contains(r.Stdout, "direct=7") {
+			t.Errorf("run --net none on %s: %s", e.uri, r)
+		}
+		uidWord := "a container there sees the project, but what the agent writes there is uid " + eu.Uid + "'s here, not yours"
+		if !strings.Contains(r.Stderr, "project path checked on the engine: not shared ("+uidWord) || !strings.Contains(r.Stderr, "project copied to the engine") {
+			t.Errorf("run on %s with the project open to its user: the check did not refuse the engine user's uid: %s", e.uri, r.Stderr)
+		}
+		ents, _ := os.ReadDir(a.project)
+		for _, en := range ents {
+			if strings.HasPrefix(en.Name(), ".aisb-pathcheck") {
+				t.Errorf("the path check left %s in the project", en.Name())
+			}
+		}
+		noneLeft(t, left(t))
+	})
+
+	t.Run("another directory", func(t *testing.T) {
+		// The engine has a directory at the project's path that is not the
+		// project: a tmpfs mounted over that path in the engine user's own
+		// mount namespace (podman unshare), which the caller never sees.
+		// The check finds no token there: not shared, the copy.
+		if r := testhost.Run(t, as("podman", "unshare", "sh", "-c", `mount -t tmpfs -o size=1m aisb-decoy "$1" && echo decoy > "$1/decoy.txt"`, "sh", a.project)); r.Code != 0 {
+			t.Fatalf("mount a decoy over %s in %s's namespace: %s", a.project, eu.Username, r)
+		}
+		defer func() {
+			if r := testhost.Run(t, as("podman", "unshare", "umount", a.project)); r.Code != 0 {
+				t.Errorf("unmount the decoy: %s", r)
+			}
+		}()
+		// Controls: a container of the engine sees a directory there, the
+		// decoy; the caller's project is another.
+		if r := testhost.Run(t, as("podman", "run", "--rm", "--network=none", "-v", a.project+":/p", base, "cat", "/p/decoy.txt")); r.Code != 0 || r.Stdout != "decoy\n" {
+			t.Fatalf("control: %s's container does not see the decoy at %s: %s", eu.Username, a.project, r)
+		}
+		if _, err := os.Stat(filepath.Join(a.project, "decoy.txt")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("control: the caller sees the decoy: %v", err)
+		}
+		r := a.runEnv(t, []string{"AISB_TRACE=1"}, "run", "--net", "none", "--harness", "shell", "--", "sh", "-c", "cat kept.txt; test -e decoy.txt; echo decoy=$?")
+		if r.Code != 0 || !strings.Contains(r.Stdout, "from the caller") || !strings.Contains(r.Stdout, "decoy=1") {
+			t.Errorf("run on %s with another directory at the project's path: %s", e.uri, r)
+		}
+		if !strings.Contains(r.Stderr, "project path checked on the engine: not shared (there is a directory at that path there, but without aisb's token: it is another directory of that name)") ||
+			!strings.Contains(r.Stderr, "project copied to the engine") {
+			t.Errorf("the check did not find the other directory: %s", r.Stderr)
+		}
+		noneLeft(t, left(t))
 	})
 
 	t.Run("open", func(t *testing.T) {
 		r := a.run(t, "run", "--net", "open", "--harness", "shell", "--", "sh", "-c",
 			"curl -sSk --noproxy '*' --max-time 10 -o /dev/null -w 'direct=%{http_code}\\n' https://"+up+"/")
 		if r.Code != 0 || !strings.Contains(r.Stdout, "direct=200") {
-			t.Errorf("run --net open on %s's engine: %s", engineUser, r)
+			t.Errorf("run --net open on %s: %s", e.uri, r)
 		}
-		noneLeft(t, ctx, eu)
+		noneLeft(t, left(t))
 	})
 
 	t.Run("credential", func(t *testing.T) {
@@ -152,11 +260,11 @@ func TestRemoteRun(t *testing.T) {
 		ac := newAisb(t, base, dnsConfig()+`upstream_ca = ["`+filepath.Join(testhost.StateDir, "ca.pem")+`"]
 
 [[credentials]]
-host = "remote.test"
+host = "`+e.allowed+`"
 header = "x-api-key"
 env = "TEST_API_KEY"
 `)
-		ac.host = a.host
+		ac.host, ac.env = a.host, a.env
 		secret := fmt.Sprintf("remote-key-%d", time.Now().UnixNano())
 		headers := filepath.Join(testhost.StateDir, "headers.log")
 		fi, err := os.Stat(headers)
@@ -164,24 +272,45 @@ env = "TEST_API_KEY"
 			t.Fatal(err)
 		}
 		r := ac.runEnv(t, []string{"TEST_API_KEY=" + secret}, "run", "--harness", "shell", "--", "sh", "-c",
-			`echo "key=$TEST_API_KEY"; curl -sS --max-time 10 -o /dev/null -w 'code=%{http_code}\n' https://remote.test/remote-credential`)
+			`echo "key=$TEST_API_KEY"; curl -sS --max-time 10 -o /dev/null -w 'code=%{http_code}\n' https://`+e.allowed+`/remote-credential`)
 		if r.Code != 0 || !strings.Contains(r.Stdout, "code=200") || strings.Contains(r.Stdout, secret) || !strings.Contains(r.Stdout, "key=aisb-placeholder") {
-			t.Errorf("run --credential on %s's engine: %s", engineUser, r)
+			t.Errorf("run --credential on %s: %s", e.uri, r)
 		}
 		b, err := os.ReadFile(headers)
 		if err != nil || int64(len(b)) < fi.Size() || !strings.Contains(string(b[fi.Size():]), secret) {
 			t.Errorf("the upstream did not get the key the gate sets (%v)", err)
 		}
-		noneLeft(t, ctx, eu)
+		noneLeft(t, left(t))
 	})
+
+	if e.ssh != "" {
+		t.Run("ssh", func(t *testing.T) { remoteSSH(t, ctx, a, e) })
+	}
+
+	if e.live != nil {
+		podman := func(ctx context.Context, args ...string) *exec.Cmd {
+			return e.as(ctx, eu, append([]string{"podman"}, args...)...)
+		}
+		t.Run("live", func(t *testing.T) {
+			al := newAisb(t, base, dnsConfig()+"ask_timeout = 2\n")
+			al.host, al.env = a.host, a.env
+			t.Logf("on %s: %s", e.uri, liveChecks(t, al, podman, *e.live))
+			noneLeft(t, left(t))
+		})
+		t.Run("state", func(t *testing.T) {
+			as := newAisb(t, base, "")
+			as.host, as.env = a.host, a.env
+			stateChecks(t, as, podman)
+			noneLeft(t, left(t))
+		})
+	}
 
 	t.Run("gate killed", func(t *testing.T) {
 		// Fail closed: a remote gate that dies stops its sandbox (aisb
 		// cannot hold the gate's port on the engine's host).
 		gctx, gcancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer gcancel()
-		cmd := testhost.UserCommand(gctx, a.command(t, gctx, "run", "--allow", "remote.test", "--harness", "shell", "--", "sleep", "600")...)
-		cmd.Dir = a.project
+		cmd := a.harness().Command(t, gctx, a.host, a.env, "run", "--allow", e.allowed, "--harness", "shell", "--", "sleep", "600")
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -189,12 +318,13 @@ env = "TEST_API_KEY"
 		}
 		var gateName string
 		err := testhost.WaitFor(time.Minute, func() error {
-			for _, n := range engineSession(t, ctx, eu) {
+			l := left(t)
+			for _, n := range l {
 				if strings.HasPrefix(n, "aisb-gate-") {
 					gateName = n
 				}
 			}
-			if gateName == "" || len(engineSession(t, ctx, eu)) != 3 {
+			if gateName == "" || len(l) != 3 {
 				return errors.New("the session does not run yet")
 			}
 			return nil
@@ -206,55 +336,28 @@ env = "TEST_API_KEY"
 		}
 		time.Sleep(time.Second) // the sandbox's command runs, the watch began
 		start := time.Now()
-		if r := testhost.Run(t, asEngine(ctx, eu, "podman", "kill", gateName)); r.Code != 0 {
-			t.Fatalf("kill the gate as %s: %s", engineUser, r)
+		if r := testhost.Run(t, as("podman", "kill", gateName)); r.Code != 0 {
+			t.Fatalf("kill the gate as %s: %s", eu.Username, r)
 		}
 		werr := cmd.Wait()
 		t.Logf("aisb ended %v after its remote gate was killed: %v", time.Since(start).Round(time.Millisecond), werr)
 		if werr == nil || !strings.Contains(out.String(), "so it stops the sandbox") || time.Since(start) > time.Minute {
 			t.Errorf("aisb after its remote gate was killed: %v\n%s", werr, out.String())
 		}
-		noneLeft(t, ctx, eu)
+		noneLeft(t, left(t))
 	})
 
-	t.Run("sigkill", func(t *testing.T) {
-		marker := fmt.Sprintf("remote-kill-%d", time.Now().UnixNano())
-		kctx, kcancel := context.WithCancel(ctx)
-		defer kcancel()
-		cmd := testhost.UserCommand(kctx, a.command(t, kctx, "run", "--allow", "remote.test", "--harness", "shell", "--", "sh", "-c", "sleep 600; : "+marker)...)
-		cmd.Dir = a.project
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		var pid int
-		err := testhost.WaitFor(time.Minute, func() error {
-			if left := engineSession(t, ctx, eu); len(left) != 3 {
-				return fmt.Errorf("on the engine: %v, not a gate, a sandbox and the project's volume", left)
-			}
-			if pid = findProcess(a.bin, " run ", marker); pid == 0 {
-				return errors.New("no aisb run process")
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("the session never ran on the engine: %v", err)
-		}
-		syscall.Kill(pid, syscall.SIGKILL)
-		start := time.Now()
-		if err := testhost.WaitFor(30*time.Second, func() error { return empty(engineSession(t, ctx, eu)) }); err != nil {
-			t.Fatalf("30 s after SIGKILL of aisb the session is still on the engine: %v", err)
-		}
-		t.Logf("after SIGKILL of aisb, the watchdog removed the session from the engine in %v", time.Since(start).Round(time.Millisecond))
-	})
-	t.Logf("TestRemoteRun's own work: %v", time.Since(began).Round(time.Millisecond))
+	t.Run("sigkill", func(t *testing.T) { remoteSIGKILL(t, ctx, a, e) })
+	t.Logf("the test's own work on %s: %v", e.uri, time.Since(began).Round(time.Millisecond))
 }
 
 // engineBaseImage is the base image in the engine user's storage: the test
 // base image is the caller's, so the engine gets testhost.BaseImage, loaded
 // from the caller's storage when it lacks it.
-func engineBaseImage(t *testing.T, ctx context.Context, eu *user.User) string {
+func engineBaseImage(t *testing.T, eu *user.User) string {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	base := testhost.BaseImage
 	if r := testhost.Run(t, asEngine(ctx, eu, "podman", "image", "exists", base)); r.Code == 0 {
 		return base
@@ -272,24 +375,25 @@ func engineBaseImage(t *testing.T, ctx context.Context, eu *user.User) string {
 	}
 	out, err := load.CombinedOutput()
 	if werr := save.Wait(); err != nil || werr != nil {
-		t.Fatalf("load %s into %s's storage: %v %v: %s", base, engineUser, err, werr, out)
+		t.Fatalf("load %s into %s's storage: %v %v: %s", base, eu.Username, err, werr, out)
 	}
-	t.Logf("loaded %s into %s's storage in %v", base, engineUser, time.Since(start).Round(time.Millisecond))
+	t.Logf("loaded %s into %s's storage in %v", base, eu.Username, time.Since(start).Round(time.Millisecond))
 	return base
 }
 
 // engineSession lists the engine's aisb containers and volumes of a
-// session (gate, probe, sandbox, project copy).
-func engineSession(t *testing.T, ctx context.Context, eu *user.User) []string {
+// session (gate, sandbox, project copy), as eu on its host (as); not
+// TestRemoteSSHEngine's probes, which come and go beside them.
+func engineSession(t *testing.T, ctx context.Context, eu *user.User, as func(context.Context, *user.User, ...string) *exec.Cmd) []string {
 	t.Helper()
 	var left []string
 	for _, args := range [][]string{{"ps", "-a", "--format", "{{.Names}}"}, {"volume", "ls", "--format", "{{.Name}}"}} {
-		r := testhost.Run(t, asEngine(ctx, eu, append([]string{"podman"}, args...)...))
+		r := testhost.Run(t, as(ctx, eu, append([]string{"podman"}, args...)...))
 		if r.Code != 0 {
-			t.Fatalf("podman %v as %s: %s", args, engineUser, r)
+			t.Fatalf("podman %v as %s: %s", args, eu.Username, r)
 		}
 		for _, n := range strings.Fields(r.Stdout) {
-			if strings.HasPrefix(n, "aisb-") {
+			if strings.HasPrefix(n, "aisb-") && !strings.HasPrefix(n, sshProbePrefix) {
 				left = append(left, n)
 			}
 		}
@@ -298,9 +402,9 @@ func engineSession(t *testing.T, ctx context.Context, eu *user.User) []string {
 }
 
 // noneLeft fails when a session's container or volume is left on the engine.
-func noneLeft(t *testing.T, ctx context.Context, eu *user.User) {
+func noneLeft(t *testing.T, left []string) {
 	t.Helper()
-	if left := engineSession(t, ctx, eu); len(left) > 0 {
-		t.Errorf("left on %s's engine after the session: %v", engineUser, left)
+	if len(left) > 0 {
+		t.Errorf("left on the engine after the session: %v", left)
 	}
 }

@@ -29,7 +29,7 @@ type sshProbe struct {
 
 // TestRemoteSSHEngine (issue #29, 4b): the engine user's rootless Podman
 // service, on a host of its own (tests/host/engine-ssh.sh: sshd and the
-// service in the namespace aisb-eng), reached by the caller as
+// service in the namespace aisb-eng, as AISB_ENGINE_SSH_USER), reached by the caller as
 // CONTAINER_HOST=ssh://ENGINE@198.51.100.42/run/user/UID/podman/podman.sock
 // through engine.Connect with a key the test writes: the API answers, a
 // container runs there (in that namespace's network) and a created one is
@@ -46,7 +46,10 @@ type sshProbe struct {
 func TestRemoteSSHEngine(t *testing.T) {
 	parallel(t)
 	testhost.Require(t)
+	// TestRemoteRunSSH's sessions are that user's sshd logins too.
+	lockEngine(t, sshEngineUser)
 	began := time.Now()
+	engineUser := sshEngineUser
 	eu, err := user.Lookup(engineUser)
 	if err != nil {
 		testhost.Skip(t, "engine user %s missing (run tests/host/setup.sh): %v", engineUser, err)
@@ -61,12 +64,12 @@ func TestRemoteSSHEngine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	// The engine host is up: its service answers its user, in aisb-eng, and
+	// The engine host is up: its service answers its user, in its namespace, and
 	// the host reaches the test upstream (remote.test's address).
 	if r := testhost.Run(t, asEngine(ctx, eu, "curl", "-sS", "--max-time", "10", "--unix-socket", sock, "http://d/_ping")); strings.TrimSpace(r.Stdout) != "OK" {
-		testhost.Skip(t, "%s's service on the engine host does not answer (AISB_ENGINE_USER=%s tests/host/engine-ssh.sh up): %s", engineUser, engineUser, r)
+		testhost.Skip(t, "%s's service on the engine host does not answer (AISB_ENGINE_SSH_USER=%s tests/host/engine-ssh.sh up): %s", engineUser, engineUser, r)
 	}
-	if r := testhost.Run(t, exec.CommandContext(ctx, "ip", "netns", "exec", "aisb-eng", "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+	if r := testhost.Run(t, exec.CommandContext(ctx, "ip", "netns", "exec", testhost.EngineNS, "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
 		"--max-time", "10", "--resolve", "remote.test:80:"+testhost.UpstreamAddr, "http://remote.test/")); r.Stdout != "200" {
 		t.Errorf("control: the engine host does not reach the upstream: %s", r)
 	}

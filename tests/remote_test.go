@@ -25,21 +25,27 @@ var engineUser = cmp.Or(os.Getenv("AISB_ENGINE_USER"), "aisbengine")
 // AISB_ENGINE_SOCKETS names another directory (a helper's own engine user).
 var engineSockets = cmp.Or(os.Getenv("AISB_ENGINE_SOCKETS"), "/run/aisb-engine")
 
+// sshEngineUser is the remote engine host's user (tests/host/engine-ssh.sh,
+// AISB_ENGINE_SSH_USER): another engine user, with a storage of its own, so
+// the ssh:// tests need not wait for the unix:// ones (lockEngine).
+var sshEngineUser = cmp.Or(os.Getenv("AISB_ENGINE_SSH_USER"), "aisbengine2")
+
 // TestRemoteEngineRefused (issue #29): on a Podman that is not aisb's own
 // local one — here another user's rootless service, reached as
-// CONTAINER_HOST=unix://… — the commands that work through the API alone
-// (doctor, image, state, gate status) check and change that engine, and
-// those that still need this host (gate up and down, run --gate) are
-// refused at once with their reason and the fix, leaving nothing there
-// (remoteCommandChecks, which the ssh:// engine can run too); a same-user
-// forwarder to it is judged as one too. Controls: the engine really
+// CONTAINER_HOST=unix://… — doctor, image, state and gate (up, down,
+// status, and run --gate) check and change that engine through its API
+// alone, and leave nothing there they did not mean to (remoteCommandChecks,
+// which the ssh:// engine can run too); a same-user forwarder to it is
+// judged not local too. Controls: the engine really
 // answers the caller (a plain API ping through the same socket, and
 // through the forwarder), neither user reads the other's files, and the
 // same commands through the caller's own service, also spelled unix://…,
 // take the local path.
 func TestRemoteEngineRefused(t *testing.T) {
 	parallel(t)
-	lockEngine(t)
+	// Before anything acts as the engine's user (AISB_INTEGRATION=0 stops here).
+	testhost.Require(t)
+	lockEngine(t, engineUser)
 	began := time.Now()
 	defer func() {
 		t.Logf("the test's own work: %v", time.Since(began).Round(time.Millisecond))
@@ -50,7 +56,7 @@ func TestRemoteEngineRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	base := engineBaseImage(t, ctx, eu)
+	base := engineBaseImage(t, eu)
 	start := time.Now()
 	sock := startEngineService(t, eu)
 	t.Logf("%s's service up in %v", engineUser, time.Since(start).Round(time.Millisecond))
@@ -73,7 +79,8 @@ func TestRemoteEngineRefused(t *testing.T) {
 		t.Errorf("%s reads %s's home %s: %s", testhost.User, engineUser, eu.HomeDir, r)
 	}
 
-	remoteCommandChecks(t, ctx, a, unixEngine(engineUser, sock, base, func(ctx context.Context, argv ...string) *exec.Cmd { return asEngine(ctx, eu, argv...) }))
+	remoteCommandChecks(t, ctx, a, cmdEngine{remoteEngine{eu: eu, uri: "unix://" + sock, as: asEngine}, base})
+	a.env = nil
 	before := engineObjects(t, ctx, eu)
 
 	// A forwarder of the caller's own uid on this host (as ssh -L or
@@ -119,13 +126,25 @@ func TestRemoteEngineRefused(t *testing.T) {
 	}
 }
 
-// engineMu keeps the tests of the engine user's Podman one at a time: one
-// counts what is on it, the other makes and removes sessions there.
-var engineMu sync.Mutex
+// engineMu keeps the tests of one engine user's Podman one at a time: one
+// counts what is on it (or its sshd's logins), another makes and removes
+// sessions there. Each engine user has its own: the unix:// tests' and the
+// ssh:// tests' run beside each other unless one user serves both.
+var (
+	engineMuMu sync.Mutex
+	engineMu   = map[string]*sync.Mutex{}
+)
 
-func lockEngine(t *testing.T) {
-	engineMu.Lock()
-	t.Cleanup(engineMu.Unlock)
+func lockEngine(t *testing.T, name string) {
+	engineMuMu.Lock()
+	mu := engineMu[name]
+	if mu == nil {
+		mu = new(sync.Mutex)
+		engineMu[name] = mu
+	}
+	engineMuMu.Unlock()
+	mu.Lock()
+	t.Cleanup(mu.Unlock)
 }
 
 // startEngineService starts the engine user's rootless Podman service on a
@@ -199,11 +218,26 @@ func startForwarder(t *testing.T, target string) string {
 
 // asEngine runs argv as the engine user with a clean rootless environment.
 func asEngine(ctx context.Context, eu *user.User, argv ...string) *exec.Cmd {
-	env := []string{"HOME=" + eu.HomeDir, "USER=" + eu.Username, "XDG_RUNTIME_DIR=/run/user/" + eu.Uid,
-		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "PODMAN_IGNORE_CGROUPSV1_WARNING=1"}
-	cmd := exec.CommandContext(ctx, "runuser", append(append([]string{"-u", eu.Username, "--", "env", "-i"}, env...), argv...)...)
+	cmd := exec.CommandContext(ctx, "runuser", engineArgs(eu, argv)...)
 	cmd.Dir = "/"
 	return cmd
+}
+
+// asEngineIn is asEngine inside the network namespace ns: on the remote
+// engine host (tests/host/engine-ssh.sh), where its service runs.
+func asEngineIn(ns string) func(context.Context, *user.User, ...string) *exec.Cmd {
+	return func(ctx context.Context, eu *user.User, argv ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, "runuser"}, engineArgs(eu, argv)...)...)
+		cmd.Dir = "/"
+		return cmd
+	}
+}
+
+// engineArgs are runuser's arguments for argv as eu.
+func engineArgs(eu *user.User, argv []string) []string {
+	env := []string{"HOME=" + eu.HomeDir, "USER=" + eu.Username, "XDG_RUNTIME_DIR=/run/user/" + eu.Uid,
+		"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "PODMAN_IGNORE_CGROUPSV1_WARNING=1"}
+	return append(append([]string{"-u", eu.Username, "--", "env", "-i"}, env...), argv...)
 }
 
 // engineObjects lists every container, volume and image on the engine

@@ -8,6 +8,10 @@
 // output line "CHANNEL OK" or "CHANNEL ERR", in any order. To aisb it writes
 // "NAME\n" on a fresh connection and reads one line back. It only ever asks:
 // nothing it sends can answer a question.
+//
+// On an engine that is not local it also probes the gate's ports
+// (--probe) and relays the helper's questions to aisb through the API
+// (--bridge, bridge.go).
 package main
 
 import (
@@ -33,6 +37,9 @@ func main() {
 	}
 	if len(os.Args) > 4 && os.Args[1] == probeFlag && os.Args[3] == "--" {
 		os.Exit(probeThenExec(os.Args[2], os.Args[4:]))
+	}
+	if len(os.Args) == 3 && os.Args[1] == bridgeFlag {
+		os.Exit(bridge(os.Args[2], os.Stdin, os.Stdout))
 	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: aisb-gatehelper SOCKET")

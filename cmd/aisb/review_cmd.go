@@ -76,6 +76,15 @@ func reviewAction(c *cli.Context, e *appEnv) error {
 		return err
 	}
 	out := c.App.Writer
+	if why := s.ImportFailure(); why != "" {
+		// A remote copy's changes that did not all come back: the layer
+		// may hold only part of them, which --apply must not pass off as
+		// the agent's work.
+		if c.Bool("apply") {
+			return fmt.Errorf("review --apply %s: %w: the agent's changes could not all be brought back from the engine's copy (%s); --discard drops what came back", s.Meta.Session, errIncomplete, review.Printable(why))
+		}
+		e.logf("review: WARNING: session %s's changes could not all be brought back from the engine's copy (%s): what follows may be only part of them", s.Meta.Session, review.Printable(why))
+	}
 	if c.Bool("apply") || c.Bool("rollback") {
 		// A session without --review writes the project directly: it
 		// could rewrite a staged file between staging and commit.
@@ -163,6 +172,10 @@ func openReview(c *cli.Context, paths state.Paths, id string, acting bool) (*rev
 	}
 	return newest, nil
 }
+
+// errIncomplete is an apply refused because the review's layer may hold
+// only part of the agent's changes.
+var errIncomplete = errors.New("the review's layer is incomplete")
 
 // errProjectBusy is an apply refused while a session of its project runs.
 var errProjectBusy = errors.New("a session of this project is running")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -64,5 +65,45 @@ func TestApplyRefusedWhileTheProjectRuns(t *testing.T) {
 	}
 	if err := noSessionRunsOn(paths, s); !errors.Is(err, errProjectBusy) || !strings.Contains(err.Error(), "20261130-000002-cccccc") {
 		t.Fatalf("a running session of the project: %v", err)
+	}
+}
+
+// A remote copy's changes that did not all come back into the layer
+// (review.RecordImportFailure): aisb review says so before the listing,
+// and --apply refuses, leaving the project as it was.
+func TestReviewOfAnIncompleteImport(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("XDG_STATE_HOME", t.TempDir())
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	paths, err := state.FromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "20261206-000000-cccccc"
+	proj := t.TempDir()
+	if err := os.MkdirAll(paths.SessionDir(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := review.Begin(paths.SessionDir(id), review.Meta{Session: id, Project: proj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(s.Work())
+	if err := os.WriteFile(filepath.Join(s.Upper(), "part.txt"), []byte("part\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordImportFailure("the engine's copy ended early; the copy is kept in volume aisb-project-" + id + " on the engine"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runAisb(t, proj, "review", id)
+	if code != 0 || !strings.Contains(out, "part.txt") || !strings.Contains(errs, "WARNING: session "+id+"'s changes could not all be brought back") {
+		t.Errorf("aisb review: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	code, _, errs = runAisb(t, proj, "review", "--apply", id)
+	if code == 0 || !strings.Contains(errs, "could not all be brought back from the engine's copy (the engine's copy ended early") {
+		t.Errorf("aisb review --apply: exit %d, stderr %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(proj, "part.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("--apply of an incomplete layer changed the project: %v", err)
 	}
 }

@@ -48,6 +48,12 @@ type Engine interface {
 	// follow, it goes on until the container stops or ctx ends: how a gate
 	// on an engine that is not local hands aisb its access log.
 	ContainerLogs(ctx context.Context, name string, follow bool, stdout, stderr io.Writer) error
+	// ContainerExec runs argv in the running container name, as its user
+	// and without a terminal, attached to stdin, stdout and stderr, until
+	// it exits (or ctx ends), and returns its exit code: how a gate on an
+	// engine that is not local relays its helper's questions to aisb.
+	// The command ends when stdin does only if it reads it to its end.
+	ContainerExec(ctx context.Context, name string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 
 	VolumeCreate(ctx context.Context, o types.VolumeCreateOptions) (*types.VolumeConfigResponse, error)
 	VolumeExists(ctx context.Context, name string) (bool, error)

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"io"
 
 	"github.com/blang/semver/v4"
 	"github.com/containers/podman/v5/libpod/define"
+	"github.com/containers/podman/v5/pkg/api/handlers"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/bindings/system"
@@ -155,6 +157,34 @@ func (c *Conn) ContainerLogs(ctx context.Context, name string, follow bool, stdo
 			}
 		}
 	}
+}
+
+func (c *Conn) ContainerExec(ctx context.Context, name string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	bctx, done := c.bind(ctx)
+	defer done()
+	cfg := new(handlers.ExecCreateConfig)
+	cfg.Cmd = argv
+	cfg.AttachStdin, cfg.AttachStdout, cfg.AttachStderr = true, true, true
+	id, err := containers.ExecCreate(bctx, name, cfg)
+	if err != nil {
+		return -1, err
+	}
+	// The bindings stop copying stdin only at its end: the caller's reader
+	// ends when the command should (a closed pipe).
+	opts := new(containers.ExecStartAndAttachOptions).WithInputStream(*bufio.NewReader(stdin)).
+		WithOutputStream(stdout).WithErrorStream(stderr).WithAttachInput(true).WithAttachOutput(true).WithAttachError(true)
+	if err := containers.ExecStartAndAttach(bctx, id, opts); err != nil {
+		return -1, err
+	}
+	// A fresh context: the exit code is asked for even when ctx ended the
+	// stream (the command was then killed with its container, or lives on).
+	ictx, idone := c.bind(nil)
+	defer idone()
+	st, err := containers.ExecInspect(ictx, id, nil)
+	if err != nil {
+		return -1, err
+	}
+	return st.ExitCode, nil
 }
 
 func (c *Conn) VolumeCreate(ctx context.Context, o types.VolumeCreateOptions) (*types.VolumeConfigResponse, error) {

@@ -403,3 +403,37 @@ func TestAnswerToEndedQuestionRefused(t *testing.T) {
 		t.Errorf("third question answered once: %+v", m)
 	}
 }
+
+// TestAskWithoutHelperSocket: a server for a gate on an engine that is not
+// local listens on no helper socket; its gate's questions come to Ask,
+// which answers as the helper socket does (allowed live: yes; else no, at
+// once without ask mode), and no once the server is closed.
+func TestAskWithoutHelperSocket(t *testing.T) {
+	dir := t.TempDir()
+	var aud lockedBuffer
+	s, err := Start(Options{Session: "s1", ControlSocket: filepath.Join(dir, "c.sock"), Record: aud.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the server made %v, want the control socket alone", entries)
+	}
+	if s.Ask("live.test") {
+		t.Error("an unlisted name was admitted")
+	}
+	if _, err := Change(filepath.Join(dir, "c.sock"), OpAllow, "live.test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"live.test", "LIVE.test."} {
+		if !s.Ask(name) {
+			t.Errorf("%s refused after aisb allow", name)
+		}
+	}
+	if s.Ask("other.test") || s.Ask("") || s.Ask("live.test extra") {
+		t.Error("a name not allowed was admitted")
+	}
+	s.Close()
+	if s.Ask("live.test") {
+		t.Error("admitted after the server closed")
+	}
+}

@@ -26,12 +26,15 @@ const maxPending = 32
 
 // Options start a session's live server.
 type Options struct {
-	Session       string
-	Start         []allowlist.Host // the allowlist squid.conf lists: never asked about
-	Ask           bool
-	AskTimeout    time.Duration // 0: DefaultAskTimeout
-	HelperSocket  string        // the gate's helper connects here (its directory is mounted into the gate)
-	ControlSocket string        // aisb allow, deny and watch connect here (never mounted anywhere)
+	Session    string
+	Start      []allowlist.Host // the allowlist squid.conf lists: never asked about
+	Ask        bool
+	AskTimeout time.Duration // 0: DefaultAskTimeout
+	// HelperSocket is where the gate's helper connects (its directory is
+	// mounted into a local gate); "" for a gate on an engine that is not
+	// local, whose questions come through the API to Ask.
+	HelperSocket  string
+	ControlSocket string // aisb allow, deny and watch connect here (never mounted anywhere)
 	// Record writes one event to the session's audit. A policy change it
 	// cannot record does not happen; nor does an admitting answer.
 	Record   func(audit.Event) error
@@ -61,15 +64,22 @@ func Start(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, closing: make(chan struct{}), watchers: map[*watcher]bool{}, pending: map[string]*prompt{}}
 	var err error
-	if s.helper, err = listen(o.HelperSocket); err != nil {
-		return nil, fmt.Errorf("live: %w", err)
+	if o.HelperSocket != "" {
+		if s.helper, err = listen(o.HelperSocket); err != nil {
+			return nil, fmt.Errorf("live: %w", err)
+		}
 	}
 	if s.control, err = listen(o.ControlSocket); err != nil {
-		s.helper.Close()
+		if s.helper != nil {
+			s.helper.Close()
+		}
 		return nil, fmt.Errorf("live: %w", err)
 	}
-	s.wg.Add(2)
-	go s.accept(s.helper, s.serveHelper)
+	if s.helper != nil {
+		s.wg.Add(1)
+		go s.accept(s.helper, s.serveHelper)
+	}
+	s.wg.Add(1)
 	go s.accept(s.control, s.serveControl)
 	return s, nil
 }
@@ -87,7 +97,9 @@ func (s *Server) Close() {
 		w.c.Close()
 	}
 	s.mu.Unlock()
-	s.helper.Close()
+	if s.helper != nil {
+		s.helper.Close()
+	}
 	s.control.Close()
 	s.wg.Wait()
 }
@@ -133,11 +145,19 @@ func (s *Server) serveHelper(c net.Conn) {
 	}
 	c.SetReadDeadline(time.Time{})
 	answer := "ERR\n"
-	if s.admit(strings.TrimSuffix(strings.ToLower(string(line)), ".")) {
+	if s.Ask(string(line)) {
 		answer = "OK\n"
 	}
 	c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	c.Write([]byte(answer))
+}
+
+// Ask answers one question of the gate's helper about name, the gate's
+// word for the host: true admits it (allowed live, or a watcher said so
+// in time). It waits at most the ask timeout, and refuses once the server
+// is closed. A remote gate's questions come here through the API.
+func (s *Server) Ask(name string) bool {
+	return s.admit(strings.TrimSuffix(strings.ToLower(name), "."))
 }
 
 // serveControl serves one client of the control socket: only the user's

@@ -169,6 +169,23 @@ func Remove(where engine.Where, names []string) error {
 	return errors.Join(errs...)
 }
 
+// Kill stops the named container of a session whose aisb is gone, without
+// removing it (a missing or stopped one is no error).
+func Kill(where engine.Where, name string) error {
+	c, err := engine.Connect(context.Background(), where)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.ContainerKill(context.TODO(), name, "KILL"); err != nil && !engine.IsNotFound(err) {
+		if in, ierr := c.ContainerInspect(context.TODO(), name); ierr == nil && in.State != nil && !in.State.Running {
+			return nil
+		}
+		return fmt.Errorf("stop %s: %w", name, err)
+	}
+	return nil
+}
+
 // RemoveVolumes removes the named volumes (a missing one is no error),
 // after their containers: a session's on an engine that is not local.
 func RemoveVolumes(where engine.Where, names []string) error {

@@ -108,6 +108,11 @@ func (s *Session) Apply(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer unlock()
+	// A remote copy's layer is the agent's work only once all of it came
+	// back (importrecord.go): never apply a part as the whole.
+	if why := s.importPending(); why != "" {
+		return nil, fmt.Errorf("apply %s: %w (%s); --discard drops what came back", s.Meta.Session, ErrImportPending, Printable(why))
+	}
 	proj, err := openRoot(s.Meta.Project)
 	if err != nil {
 		return nil, err

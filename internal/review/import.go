@@ -12,7 +12,6 @@ package review
 
 import (
 	"archive/tar"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -37,11 +36,24 @@ type ImportStats struct{ Changed, Deleted int }
 // were copied to the engine (project.ArchiveStats.Paths): those the copy
 // lacks were deleted by the agent. Nothing is written outside upper: a
 // name that leaves it, or a parent that is not a directory the import
-// made, is refused.
+// made, is refused; nothing is read outside project (its files are
+// reached from one descriptor, no link followed: fsat.go). What it writes
+// is bounded by the free space of upper's file system, less a reserve
+// (ErrImportTooLarge).
 func Import(upper, project string, archive io.Reader, sent []string) (ImportStats, error) {
 	var st ImportStats
-	im := importer{upper: upper, project: project}
+	proj, err := openRoot(project)
+	if err != nil {
+		return st, fmt.Errorf("review: %w", err)
+	}
+	defer proj.Close()
+	im := importer{upper: upper, proj: proj}
+	if err := im.budget(); err != nil {
+		return st, err
+	}
 	have := map[string]bool{}
+	notDir := map[string]bool{} // in the copy, but not as a directory
+	var dirs []dirMode
 	tr := tar.NewReader(archive)
 	for {
 		h, err := tr.Next()
@@ -58,10 +70,19 @@ func Import(upper, project string, archive io.Reader, sent []string) (ImportStat
 		if rel == "" {
 			continue
 		}
+		if len(have) >= MaxEntries {
+			return st, fmt.Errorf("%w: the copy holds more than %d entries", ErrImportTooLarge, MaxEntries)
+		}
 		have[rel] = true
+		if h.Typeflag != tar.TypeDir {
+			notDir[rel] = true
+		}
 		changed, err := im.entry(rel, h, tr)
 		if err != nil {
 			return st, err
+		}
+		if h.Typeflag == tar.TypeDir {
+			dirs = append(dirs, dirMode{rel, os.FileMode(h.Mode) & os.ModePerm})
 		}
 		if changed {
 			st.Changed++
@@ -69,7 +90,7 @@ func Import(upper, project string, archive io.Reader, sent []string) (ImportStat
 	}
 	slices.Sort(sent)
 	for _, p := range sent {
-		if have[p] || deletedAbove(p, have, sent) {
+		if have[p] || deletedAbove(p, have, notDir, sent) {
 			continue
 		}
 		if err := im.parent(p); err != nil {
@@ -80,7 +101,26 @@ func Import(upper, project string, archive io.Reader, sent []string) (ImportStat
 		}
 		st.Deleted++
 	}
+	// The directories' modes last, the deepest first: a directory the
+	// agent left read-only still had its contents written into it.
+	for _, d := range slices.Backward(dirs) {
+		if err := os.Chmod(filepath.Join(upper, filepath.FromSlash(d.rel)), d.mode); err != nil {
+			return st, fmt.Errorf("review: %w", err)
+		}
+	}
 	return st, nil
+}
+
+// ErrImportTooLarge is a copy whose changes would take more than the
+// layer's file system can spare, or more entries than a review lists.
+var ErrImportTooLarge = fmt.Errorf("%w: it is too large", ErrImport)
+
+// importReserve is what Import leaves free on the layer's file system.
+const importReserve = 1 << 30
+
+type dirMode struct {
+	rel  string
+	mode os.FileMode
 }
 
 // stripFirst drops the archive's first component and refuses a name that
@@ -98,9 +138,13 @@ func stripFirst(name string) (string, bool) {
 }
 
 // deletedAbove says whether a parent of p was deleted as well (its
-// whiteout covers p).
-func deletedAbove(p string, have map[string]bool, sent []string) bool {
+// whiteout covers p), or is in the copy as something other than a
+// directory (which hides whatever was below it).
+func deletedAbove(p string, have, notDir map[string]bool, sent []string) bool {
 	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		if notDir[d] {
+			return true
+		}
 		if !have[d] {
 			if _, found := slices.BinarySearch(sent, d); found {
 				return true
@@ -110,11 +154,17 @@ func deletedAbove(p string, have map[string]bool, sent []string) bool {
 	return false
 }
 
-type importer struct{ upper, project string }
+// importer writes the layer (upper, aisb's own) and reads the project
+// only through proj.
+type importer struct {
+	upper string
+	proj  *root
+	left  int64 // the bytes it may still write (budget)
+}
 
 // parent makes rel's parent directories in the layer (each one a real
 // directory, never a link) and returns once they are there.
-func (im importer) parent(rel string) error {
+func (im *importer) parent(rel string) error {
 	dir := path.Dir(rel)
 	if dir == "." {
 		return nil
@@ -139,14 +189,20 @@ func (im importer) parent(rel string) error {
 
 // entry writes one entry of the copy into the layer when it differs from
 // the project's, and says whether it did. Directories are always made
-// (with their mode): Compute finds no change in one that matches.
-func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
+// (their modes are set at the end, by Import): Compute finds no change in
+// one that matches. The project's side is read from one descriptor (a
+// file compared is the file whose bytes are copied), through directories
+// only.
+func (im *importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 	if err := im.parent(rel); err != nil {
 		return false, err
 	}
 	dst := filepath.Join(im.upper, filepath.FromSlash(rel))
-	host := filepath.Join(im.project, filepath.FromSlash(rel))
-	hfi, herr := os.Lstat(host)
+	hst, hok, herr := im.proj.lstat(rel)
+	if herr != nil {
+		hok = false // unreadable on the host: the copy's entry is a change
+	}
+	hmode := uint32(hst.Mode)
 	mode := os.FileMode(h.Mode) & os.ModePerm
 	switch h.Typeflag {
 	case tar.TypeDir:
@@ -156,10 +212,10 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 		if fi, err := os.Lstat(dst); err != nil || !fi.IsDir() {
 			return false, fmt.Errorf("%w: %s is not a directory in the layer", ErrImport, Quote(rel))
 		}
-		return herr != nil || !hfi.IsDir() || hfi.Mode().Perm() != mode, os.Chmod(dst, mode)
+		return !hok || hmode&unix.S_IFMT != unix.S_IFDIR || os.FileMode(hmode&0o777) != mode, nil
 	case tar.TypeSymlink:
-		if herr == nil && hfi.Mode()&os.ModeSymlink != 0 {
-			if t, err := os.Readlink(host); err == nil && t == h.Linkname {
+		if hok && hmode&unix.S_IFMT == unix.S_IFLNK {
+			if t, err := im.proj.readlink(rel); err == nil && t == h.Linkname {
 				return false, nil
 			}
 		}
@@ -180,7 +236,7 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 			// the agent never saw, into the project as the link's content.
 			f, err := openRegular(im.upper, src)
 			if errors.Is(err, os.ErrNotExist) {
-				f, err = openRegular(im.project, src)
+				f, err = im.proj.open(src)
 			}
 			if err != nil {
 				return false, fmt.Errorf("%w: hard link %s to %s: %v", ErrImport, Quote(rel), Quote(h.Linkname), err)
@@ -192,7 +248,14 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 		// from its first difference on is it written into the layer.
 		var equal int64
 		var block []byte
-		if herr == nil && hfi.Mode().IsRegular() && hfi.Mode().Perm() == mode && (h.Typeflag == tar.TypeLink || hfi.Size() == h.Size) {
+		var host *os.File
+		if hok && hmode&unix.S_IFMT == unix.S_IFREG && os.FileMode(hmode&0o777) == mode && (h.Typeflag == tar.TypeLink || hst.Size == h.Size) {
+			if f, err := im.proj.open(rel); err == nil {
+				host = f
+				defer host.Close()
+			}
+		}
+		if host != nil {
 			same, n, b, err := compareStream(host, r)
 			if err != nil {
 				return false, err
@@ -206,95 +269,25 @@ func (im importer) entry(rel string, h *tar.Header, r io.Reader) (bool, error) {
 		if err != nil {
 			return false, fmt.Errorf("review: %w", err)
 		}
+		w := limited{w: f, im: im}
 		if equal > 0 {
-			// The bytes equal to the project's, read again from it.
-			err = copyPrefix(f, host, equal)
+			// The bytes equal to the project's, read again from the
+			// same descriptor, never by name.
+			_, err = io.Copy(w, io.NewSectionReader(host, 0, equal))
 		}
 		if err == nil {
-			_, err = f.Write(block)
+			_, err = w.Write(block)
 		}
 		if err == nil {
-			_, err = io.Copy(f, r)
+			_, err = io.Copy(w, r)
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return false, fmt.Errorf("review: %w", err)
+			return false, fmt.Errorf("review: %s: %w", Quote(rel), err)
 		}
 		return true, os.Chmod(dst, mode)
 	}
 	return false, nil // a device or a pipe: not brought back
-}
-
-// errNotRegular is openRegular's refusal of anything but a regular file.
-var errNotRegular = errors.New("not a regular file")
-
-// openRegular opens rel (slash-separated, clean) beneath base for reading
-// only if it is a regular file reached through directories alone: no
-// component is followed if it is a link. The layer is aisb's own and the
-// copy's agent is elsewhere, so nothing changes it between the checks.
-func openRegular(base, rel string) (*os.File, error) {
-	cur := base
-	parts := strings.Split(rel, "/")
-	for _, c := range parts[:len(parts)-1] {
-		cur = filepath.Join(cur, c)
-		fi, err := os.Lstat(cur)
-		if err != nil {
-			return nil, err
-		}
-		if !fi.IsDir() {
-			return nil, errNotRegular
-		}
-	}
-	path := filepath.Join(cur, parts[len(parts)-1])
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return nil, errNotRegular
-		}
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, errNotRegular
-	}
-	return f, nil
-}
-
-// compareStream reads r against the file host, a block at a time, until
-// they differ or both end: same, or how many bytes were equal before the
-// block that differs and that block of r's, to write before the rest.
-func compareStream(host string, r io.Reader) (same bool, equal int64, block []byte, err error) {
-	f, err := os.Open(host)
-	if err != nil {
-		return false, 0, nil, nil
-	}
-	defer f.Close()
-	ba, bb := make([]byte, 64<<10), make([]byte, 64<<10)
-	for {
-		na, ea := io.ReadFull(r, ba)
-		if ea != nil && ea != io.EOF && ea != io.ErrUnexpectedEOF {
-			return false, 0, nil, fmt.Errorf("review: %w", ea)
-		}
-		nb, eb := io.ReadFull(f, bb)
-		if na != nb || !bytes.Equal(ba[:na], bb[:nb]) {
-			return false, equal, ba[:na], nil
-		}
-		if ea != nil || eb != nil {
-			return ea != nil && eb != nil, equal, nil, nil
-		}
-		equal += int64(na)
-	}
-}
-
-// copyPrefix writes the first n bytes of the file host to w.
-func copyPrefix(w io.Writer, host string, n int64) error {
-	f, err := os.Open(host)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.CopyN(w, f, n)
-	return err
 }

@@ -3,9 +3,11 @@ package review
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -136,5 +138,128 @@ func TestImportRefusesEscapes(t *testing.T) {
 				t.Errorf("the layer holds a copy of a host file: %q", b)
 			}
 		})
+	}
+}
+
+// What was sent to the engine and why an import failed are kept in the
+// review's directory for the session's watchdog and aisb review; nothing
+// kept reads as none.
+func TestImportRecords(t *testing.T) {
+	s, err := Begin(t.TempDir(), Meta{Session: "20261206-000000-dddddd", Project: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if paths, ok, err := s.Sent(); ok || err != nil || paths != nil {
+		t.Errorf("nothing recorded: Sent() = %q, %v, %v", paths, ok, err)
+	}
+	if why := s.ImportFailure(); why != "" {
+		t.Errorf("nothing recorded: ImportFailure() = %q", why)
+	}
+	if err := s.RecordSent([]string{"a.txt", "dir", "dir/b.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	if paths, ok, err := s.Sent(); !ok || err != nil || !slices.Equal(paths, []string{"a.txt", "dir", "dir/b.txt"}) {
+		t.Errorf("Sent() = %q, %v, %v", paths, ok, err)
+	}
+	if err := s.RecordImportFailure("cut short"); err != nil {
+		t.Fatal(err)
+	}
+	if why := s.ImportFailure(); why != "cut short" {
+		t.Errorf("ImportFailure() = %q", why)
+	}
+}
+
+// TestImportShapes: a directory the agent left read-only still gets its
+// contents (its mode is set last), and a directory it replaced by a file
+// needs no whiteout for what was below it (the file hides it).
+func TestImportShapes(t *testing.T) {
+	project, upper := t.TempDir(), t.TempDir()
+	os.MkdirAll(filepath.Join(project, "src"), 0o755)
+	os.WriteFile(filepath.Join(project, "src", "a"), []byte("a\n"), 0o644)
+	archive := tarOf(t, []tarEntry{
+		{name: "project/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/ro/", typ: tar.TypeDir, mode: 0o555},
+		{name: "project/ro/sub/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/ro/sub/f", body: "f\n", typ: tar.TypeReg, mode: 0o644},
+		{name: "project/src", body: "now a file\n", typ: tar.TypeReg, mode: 0o644},
+	})
+	t.Cleanup(func() { os.Chmod(filepath.Join(upper, "ro"), 0o755) })
+	st, err := Import(upper, project, archive, []string{"src", "src/a"})
+	if err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	if st.Deleted != 0 {
+		t.Errorf("stats %+v: no whiteout is needed below a directory turned file", st)
+	}
+	if b, err := os.ReadFile(filepath.Join(upper, "ro", "sub", "f")); err != nil || string(b) != "f\n" {
+		t.Errorf("ro/sub/f in the layer: %q, %v", b, err)
+	}
+	if fi, err := os.Stat(filepath.Join(upper, "ro")); err != nil || fi.Mode().Perm() != 0o555 {
+		t.Errorf("ro's mode in the layer: %v, %v; want 0555", fi, err)
+	}
+}
+
+// TestImportReadsNoProjectLink: the project's side is read through
+// directories only. With a link in the project that leads outside it, a
+// file of the copy under that name is compared with nothing, and nothing
+// of the file outside reaches the layer.
+func TestImportReadsNoProjectLink(t *testing.T) {
+	project, upper, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	secret := bytes.Repeat([]byte("S"), 100<<10)
+	os.WriteFile(filepath.Join(outside, "f"), secret, 0o644)
+	if err := os.Symlink(outside, filepath.Join(project, "l")); err != nil {
+		t.Fatal(err)
+	}
+	// The copy's l is a directory holding f: the outside file's first
+	// 64 KiB and one byte more that differs.
+	body := append(slices.Clone(secret[:64<<10]), 'x')
+	archive := tarOf(t, []tarEntry{
+		{name: "project/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/l/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/l/f", body: string(body), typ: tar.TypeReg, mode: 0o644},
+	})
+	if _, err := Import(upper, project, archive, []string{"l"}); err != nil {
+		t.Fatalf("Import: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(upper, "l", "f"))
+	if err != nil || !bytes.Equal(b, body) {
+		t.Errorf("l/f in the layer: %d bytes, %v; want the copy's %d", len(b), err, len(body))
+	}
+}
+
+// TestApplyWaitsForImport: once a copy was sent, Apply refuses the layer
+// until Reimport has filled it, and a Reimport makes the layer anew.
+func TestApplyWaitsForImport(t *testing.T) {
+	project := t.TempDir()
+	os.WriteFile(filepath.Join(project, "a.txt"), []byte("old\n"), 0o644)
+	s, err := Begin(t.TempDir(), Meta{Session: "20261206-000000-eeeeee", Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordSent([]string{"a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(s.Upper(), "partial"), []byte("cut short\n"), 0o600)
+	if _, err := s.Apply(context.Background()); !errors.Is(err, ErrImportPending) {
+		t.Fatalf("Apply before the import: %v, want ErrImportPending", err)
+	}
+	archive := tarOf(t, []tarEntry{
+		{name: "project/", typ: tar.TypeDir, mode: 0o755},
+		{name: "project/a.txt", body: "new\n", typ: tar.TypeReg, mode: 0o644},
+	})
+	if _, err := s.Reimport(archive, []string{"a.txt"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(s.Upper(), "partial")); err == nil {
+		t.Errorf("Reimport kept what an import cut short wrote")
+	}
+	if !s.Imported() {
+		t.Errorf("Reimport did not mark the session imported")
+	}
+	if _, err := s.Apply(context.Background()); err != nil {
+		t.Fatalf("Apply after the import: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(project, "a.txt")); string(b) != "new\n" {
+		t.Errorf("a.txt after apply: %q", b)
 	}
 }

@@ -103,6 +103,8 @@ func (b *Box) prepare(ctx context.Context, warnings []string) error {
 	}
 	if o.Remote {
 		b.trace("session policy copied in")
+	}
+	if o.Remote && !o.SharedProject {
 		if err := copyProject(b.c, b.name, o.ProjectDir, b.trace, o.ProjectCopied); err != nil {
 			return err
 		}
@@ -265,6 +267,9 @@ func (b *Box) Wait() (Exit, error) {
 		return Exit{}, fmt.Errorf("wait for sandbox: %w", err)
 	}
 	b.trace("sandbox exited")
+	if o.Exited != nil {
+		o.Exited()
+	}
 	e := Exit{Code: int(code)}
 	if !o.Plain {
 		e.Status, e.StatusFrom, e.StatusErr = b.plan().read(c)

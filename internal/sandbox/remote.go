@@ -6,7 +6,9 @@ package sandbox
 // mount is locally), the gate's word that it is ready is copied in the
 // same way once the sandbox runs (TellGateReadyIn), and the project is a
 // volume on the engine's host, filled by an archive copy of the project
-// (project.Archive) before the sandbox starts.
+// (project.Archive) before the sandbox starts, unless the engine was shown
+// to see the project at the same path (sharedpath.go, SharedProject):
+// then it is bind-mounted as on a local engine.
 
 import (
 	"archive/tar"
@@ -73,7 +75,7 @@ func copyIn(c engine.Engine, name string, hdrs []*tar.Header, contents [][]byte)
 
 // copyProject fills the created sandbox's project volume with the project
 // (owned by the agent), streamed as it is read.
-func copyProject(c engine.Engine, name, dir string, trace func(string), copied func([]string)) error {
+func copyProject(c engine.Engine, name, dir string, trace func(string), copied func([]string) error) error {
 	start := time.Now()
 	pr, pw := io.Pipe()
 	stats := make(chan project.ArchiveStats, 1)
@@ -89,7 +91,9 @@ func copyProject(c engine.Engine, name, dir string, trace func(string), copied f
 		return fmt.Errorf("copy the project to the engine: %w", err)
 	}
 	if copied != nil {
-		copied(st.Paths)
+		if err := copied(st.Paths); err != nil {
+			return fmt.Errorf("copy the project to the engine: %w", err)
+		}
 	}
 	how := "everything"
 	if st.Ignored {

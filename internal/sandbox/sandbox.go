@@ -92,11 +92,19 @@ type Options struct {
 	// GitDirs, AgentSock and Overlay must be empty.
 	Remote        bool
 	ProjectVolume string
+	// SharedProject is, on an engine that is not local, ProjectDir
+	// bind-mounted as on a local one instead of ProjectVolume: the engine
+	// was shown to see it at the same path (CheckSharedPath).
+	SharedProject bool
 	// ProjectCopied is told what the project's copy holds (relative,
-	// slash-separated paths), once it is in ProjectVolume.
-	ProjectCopied func(paths []string)
-	Logf          func(format string, args ...any) // aisb's messages (stderr)
-	Trace         func(phase string)               // phase timings ($AISB_TRACE); nil: none
+	// slash-separated paths), once it is in ProjectVolume; its error
+	// stops the sandbox's creation.
+	ProjectCopied func(paths []string) error
+	// Exited is told once the sandbox's process has exited, before its
+	// status is read (nil: nothing).
+	Exited func()
+	Logf   func(format string, args ...any) // aisb's messages (stderr)
+	Trace  func(phase string)               // phase timings ($AISB_TRACE); nil: none
 	// StatusReader is aisb's status reader (the program and its
 	// subcommand, which calls ReadUpperStatus); nil: the archive copy only.
 	StatusReader []string
@@ -156,24 +164,26 @@ func Spec(o Options) (*specgen.SpecGenerator, error) {
 	// The sandbox needs no resolver (the gate resolves) and its table drops
 	// DNS; resolv.conf names network.dns when set, like the gate uses.
 	s.DNSServers = o.DNS
-	projectOpts := []string{"rw"}
-	if selinuxEnabled() {
-		projectOpts = append(projectOpts, "z")
-	}
 	s.Mounts = []spec.Mount{
 		{Type: "bind", Source: o.PolicyDir, Destination: contract.PolicyDir, Options: []string{"ro"}},
 	}
 	if o.Remote {
-		if len(o.GitDirs) > 0 || o.AgentSock != "" || o.Overlay != nil || o.ProjectVolume == "" {
-			return nil, fmt.Errorf("sandbox on an engine that is not local: no git directories, ssh-agent or overlay can be mounted there, and the project must be a volume")
+		if len(o.GitDirs) > 0 || o.AgentSock != "" || o.Overlay != nil || (o.ProjectVolume == "") != o.SharedProject {
+			return nil, fmt.Errorf("sandbox on an engine that is not local: no git directories, ssh-agent or overlay can be mounted there, and the project must be a volume or shown shared")
 		}
-		// Nothing of this host is mounted (remote.go).
+		// Nothing of this host is mounted (remote.go), but the project
+		// where the engine was shown to see it at the same path.
 		s.Mounts = nil
-		s.Volumes = append([]*specgen.NamedVolume{{Name: o.ProjectVolume, Dest: project.ProjectInContainer, Options: []string{"rw"}}}, o.Volumes...)
+		if o.SharedProject {
+			s.Mounts = []spec.Mount{projectMount(o.ProjectDir)}
+			s.Volumes = o.Volumes
+		} else {
+			s.Volumes = append([]*specgen.NamedVolume{{Name: o.ProjectVolume, Dest: project.ProjectInContainer, Options: []string{"rw"}}}, o.Volumes...)
+		}
 	} else if o.Overlay != nil {
 		s.OverlayVolumes = []*specgen.OverlayVolume{o.Overlay.volume(o.ProjectDir)}
 	} else {
-		s.Mounts = append([]spec.Mount{{Type: "bind", Source: o.ProjectDir, Destination: "/project", Options: projectOpts}}, s.Mounts...)
+		s.Mounts = append([]spec.Mount{projectMount(o.ProjectDir)}, s.Mounts...)
 	}
 	if !o.Remote {
 		s.Volumes = o.Volumes

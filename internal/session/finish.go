@@ -143,18 +143,37 @@ func HandedOff(paths state.Paths, id string) bool {
 var ErrKilled = errors.New("the session's aisb ended without finishing (killed?); its gate's last decisions may be missing")
 
 // Abandoned is the watchdog's end of session id when its aisb died without
-// a word: the containers are removed, then the gate's secrets, and a session
-// audit is marked as possibly incomplete, which `aisb audit` says.
+// a word: a session audit is marked as possibly incomplete, which `aisb
+// audit` says; the sandbox is stopped, then the gate removed and its
+// secrets with it (the rest needs neither, and may take long); the agent's changes in a remote
+// engine's copy of the project are brought into the review's layer
+// (rescueCopy); then the sandbox and the copy are removed. Where the
+// changes could not be brought back, the stopped sandbox is kept, with
+// the copy (keep).
 func Abandoned(where engine.Where, paths state.Paths, id string) error {
 	var errs []error
 	if _, err := os.Lstat(filepath.Join(paths.AuditDir(), id+".jsonl")); err == nil {
 		errs = append(errs, audit.FinishedAudit(paths.AuditDir(), id, ErrKilled))
 	}
-	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id), gate.ContainerName(id)}))
-	// A remote engine's copy of the project (remote.go): none elsewhere.
-	errs = append(errs, reaper.RemoveVolumes(where, []string{ProjectVolume(id)}))
+	// The sandbox stops first: its table sends everything to the gate's
+	// port, which nothing may take over once the gate is gone.
+	errs = append(errs, reaper.Kill(where, sandbox.ContainerName(id)))
+	errs = append(errs, reaper.Remove(where, []string{gate.ContainerName(id), sandbox.PathCheckName(id)}))
 	// Also when Podman could not be reached: the keys do not outlive aisb.
 	errs = append(errs, gate.RemoveSecrets(gateDir(paths.SessionDir(id))))
 	os.RemoveAll(helperDir(paths.SessionDir(id)))
+	// The check of whether a remote engine sees the project, cut short.
+	if dir, err := paths.SessionProject(id); err == nil {
+		errs = append(errs, sandbox.RemovePathMarkers(dir, id))
+	}
+	keep, err := rescueCopy(where, paths, id)
+	errs = append(errs, err)
+	if keep {
+		// The copy is read through its sandbox (stopped above): both stay.
+		return errors.Join(errs...)
+	}
+	errs = append(errs, reaper.Remove(where, []string{sandbox.ContainerName(id)}))
+	// A remote engine's copy of the project (remote.go): none elsewhere.
+	errs = append(errs, reaper.RemoveVolumes(where, []string{ProjectVolume(id)}))
 	return errors.Join(errs...)
 }

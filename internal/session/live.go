@@ -32,8 +32,11 @@ type steer struct {
 
 // startSteer prepares the session's registry entry and, when it gets its
 // own gate, opens its audit and starts the live server before the gate, so
-// the gate's helper finds its socket. Nothing is listed before publish.
-func startSteer(o Options, id, dir, owner, helper string) (*steer, error) {
+// the gate's helper finds its socket. On an engine that is not local the
+// gate's helper cannot reach this host's sockets: there is no helper
+// directory, and the gate's questions come through the API to the
+// server's Ask (gate.Remote.Ask). Nothing is listed before publish.
+func startSteer(o Options, id, dir, owner, helper string, remote bool) (*steer, error) {
 	netCfg := o.Config.Config.Network
 	gated := ownGate(o)
 	s := &steer{dir: o.Paths.RunningDir(), logf: o.Logf, entry: live.Entry{
@@ -54,13 +57,17 @@ func startSteer(o Options, id, dir, owner, helper string) (*steer, error) {
 		return nil, err
 	}
 	s.audit = aud
-	s.helperDir = helperDir(dir)
-	err = live.PrepareHelperDir(s.helperDir, helper)
+	helperSocket := ""
+	if !remote {
+		s.helperDir = helperDir(dir)
+		err = live.PrepareHelperDir(s.helperDir, helper)
+		helperSocket = filepath.Join(s.helperDir, squidconf.HelperSocket)
+	}
 	if err == nil {
 		s.entry.Control = live.SocketPath(s.dir, id)
 		s.server, err = live.Start(live.Options{
 			Session: id, Start: o.Config.Allowlist, Ask: netCfg.Ask, AskTimeout: netCfg.AskWait(),
-			HelperSocket: filepath.Join(s.helperDir, squidconf.HelperSocket), ControlSocket: s.entry.Control,
+			HelperSocket: helperSocket, ControlSocket: s.entry.Control,
 			Record: aud.Record,
 			OnChange: func(list []string) {
 				s.mu.Lock()

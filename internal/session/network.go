@@ -27,6 +27,8 @@ type network struct {
 	// handedOff says, after close, that the session's watchdog finishes
 	// the gate: it removes the gate's secrets, not aisb.
 	handedOff bool
+	// early is closed when finishEarly's finish has ended; nil without one.
+	early chan struct{}
 
 	gate gater // nil outside allow mode
 	logf func(string, ...any)
@@ -154,8 +156,35 @@ func (n *network) lost() error {
 }
 
 // finish stops the watch and finishes the gate's audit, or hands the gate
-// to the watchdog (see sessionGate.finish).
+// to the watchdog (see sessionGate.finish); after finishEarly it waits for
+// that.
 func (n *network) finish(trace func(string)) {
+	if n.early != nil {
+		<-n.early
+		return
+	}
+	n.finishNow(trace)
+}
+
+// finishEarly starts finish in the background once the sandbox has exited
+// on an engine that is not local: nothing can send through the gate any
+// more (the sandbox's processes and its network helper are gone), so the
+// gate's end (squid killed, the audit's stream read to its end) overlaps
+// what the session still does with the exited sandbox (its status and the
+// project's copy, each an archive copy by the service). A local session's
+// gate goes to the watchdog, off the user's path, instead.
+func (n *network) finishEarly(trace func(string)) {
+	if n == nil || n.gate == nil || n.early != nil {
+		return
+	}
+	n.early = make(chan struct{})
+	go func() {
+		defer close(n.early)
+		n.finishNow(trace)
+	}()
+}
+
+func (n *network) finishNow(trace func(string)) {
 	if n.gate == nil {
 		return
 	}
@@ -224,9 +253,13 @@ func (r *run) openGate(ctx context.Context) (*sessionGate, error) {
 		DNS: cfg.Network.Resolvers(), Owner: r.owner, HelperDir: r.st.helperDir, Credentials: r.creds, UpstreamCAs: cfg.Network.UpstreamCA,
 		Finisher: r.wd.Owner()}
 	if r.remote {
-		// The gate cannot reach this host's helper socket (remote.go).
+		// The gate cannot reach this host's helper socket: its questions
+		// come through the API to the live server (gate's bridge.go).
 		gopts.HelperDir = ""
-		gopts.Remote = &gate.Remote{Probe: r.gateHelper}
+		gopts.Remote = &gate.Remote{Probe: r.gateHelper, Logf: o.Logf}
+		if r.st.server != nil {
+			gopts.Remote.Ask = r.st.server.Ask
+		}
 	}
 	g, err := gate.Create(r.c, gopts)
 	if err != nil {

@@ -1,4 +1,4 @@
-// The session's order against the fakes, in one file of about 480 lines:
+// The session's order against the fakes, in one file of about 520 lines:
 // every case shares the fake engine, the fake gate and the order they
 // record, local and remote alike.
 
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -19,6 +20,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/containers/podman/v5/pkg/domain/entities/types"
+	"github.com/containers/podman/v5/pkg/specgen"
 
 	"github.com/aisb-dev/aisb/contract"
 	"github.com/aisb-dev/aisb/gate"
@@ -38,8 +42,34 @@ import (
 // fakePodman is the fake service as a session's connection.
 type fakePodman struct {
 	remote bool // the fake plays an engine that is not local
+	// sees is the directory the engine's containers see at the project's
+	// path (the path check's container copies its marker to its reply
+	// there, as its sh would); "": none, the check's container does
+	// nothing.
+	sees string
+	// onCheck is told the check's marker name before its container runs.
+	onCheck func(marker string)
+	specs   sync.Map // name -> the *specgen.SpecGenerator it was created with
 	*enginefake.Fake
 	closed bool
+}
+
+func (p *fakePodman) ContainerCreate(ctx context.Context, s *specgen.SpecGenerator) (types.ContainerCreateResponse, error) {
+	p.specs.Store(s.Name, s)
+	return p.Fake.ContainerCreate(ctx, s)
+}
+
+func (p *fakePodman) ContainerStart(ctx context.Context, name string) error {
+	if c, ok := p.Container(name); ok && c.Labels[engine.LabelKind] == "pathcheck" && p.sees != "" {
+		marker := filepath.Join(p.sees, filepath.Base(c.Spec.Entrypoint[4]))
+		if p.onCheck != nil {
+			p.onCheck(filepath.Base(marker))
+		}
+		if b, err := os.ReadFile(marker); err == nil {
+			os.WriteFile(marker+".reply", b, 0o644)
+		}
+	}
+	return p.Fake.ContainerStart(ctx, name)
 }
 
 func (p *fakePodman) How() string { return "the fake" }
@@ -149,6 +179,7 @@ func newOrderCase(t *testing.T, watchdog bool) *orderCase {
 	f := enginefake.New()
 	f.Version = engine.MinEmptyDetachKeys
 	f.Files(enginefake.Kind("sandbox"), map[string][]byte{contract.StatusPath: []byte(`{"outcome":"enforced"}`)})
+	f.ExitOnStart(enginefake.Kind("pathcheck"), 0)
 	oc := &orderCase{f: f, p: &fakePodman{Fake: f}, ev: &events{}, stderr: &bytes.Buffer{}}
 	// The programs' place holders pass progs.Check: a static ELF's header
 	// for this machine (the fake Podman runs nothing).
@@ -417,10 +448,16 @@ func TestSessionRemote(t *testing.T) {
 	steps := []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}
 	wantOrder(t, r, oc.ev, steps, endEvents)
 	sandboxGone(t, oc.f, r.id)
+	// The gate's end began once the sandbox had exited, beside the copies
+	// of its status and the project (network.finishEarly), not in the
+	// teardown after its removal.
+	if r.net == nil || r.net.early == nil {
+		t.Error("the remote gate's end did not begin at the sandbox's exit")
+	}
 	if ok, _ := oc.f.VolumeExists(context.Background(), ProjectVolume(r.id)); ok {
 		t.Errorf("the project's volume %s is left", ProjectVolume(r.id))
 	}
-	if !strings.Contains(oc.stderr.String(), "podman is not local: this is a review session; the project is copied to volume "+ProjectVolume(r.id)) {
+	if !strings.Contains(oc.stderr.String(), "podman is not local and the project is not shared with it (a container there read a token at that path but what it wrote there did not appear here: it is another directory of that name): this is a review session; the project is copied to volume "+ProjectVolume(r.id)) {
 		t.Errorf("stderr does not say the project is a copy:\n%s", oc.stderr)
 	}
 	var calls []string
@@ -445,7 +482,20 @@ func TestSessionRemote(t *testing.T) {
 // is not: a long-lived gate runs there too, gate/longremote.go).
 func TestSessionRemoteRefusals(t *testing.T) {
 	for name, set := range map[string]func(o *Options){
-		"ask": func(o *Options) { o.Config.Config.Network.Ask = true },
+		"a worktree's .git": func(o *Options) {
+			// A real git worktree: its .git is a file naming a git
+			// directory outside the project.
+			root := t.TempDir()
+			for _, args := range [][]string{{"init", "-q", "main"}, {"-C", "main", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"},
+				{"-C", "main", "worktree", "add", "-q", "../wt"}} {
+				cmd := exec.Command("git", args...)
+				cmd.Dir = root
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("git %v: %v: %s", args, err, out)
+				}
+			}
+			o.ProjectDir = filepath.Join(root, "wt")
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			oc := newOrderCase(t, false)
@@ -483,4 +533,34 @@ func TestSessionRemoteGateLost(t *testing.T) {
 		t.Errorf("the sandbox was not killed: %q", oc.f.Log())
 	}
 	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}, endEvents)
+}
+
+// TestSessionRemoteAsk: ask mode is not refused on an engine that is not
+// local; the session's live server runs, with no helper directory (the
+// gate's questions come through the API, gate.Remote.Ask), and the
+// session ends as any other.
+func TestSessionRemoteAsk(t *testing.T) {
+	oc := newOrderCase(t, false)
+	oc.p.remote = true
+	oc.o.Config.Config.Network.Ask = true
+	oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+	orig := oc.o.seams.openGate
+	checked := false
+	oc.o.seams.openGate = func(r *run, ctx context.Context) (gater, error) {
+		checked = true
+		if r.st.server == nil {
+			t.Error("no live server for the remote session's gate to ask")
+		}
+		if r.st.helperDir != "" {
+			t.Errorf("a helper directory %s for a gate that cannot mount it", r.st.helperDir)
+		}
+		if _, err := os.Lstat(helperDir(r.dir)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the helper directory was made: %v", err)
+		}
+		return orig(r, ctx)
+	}
+	code, err, _ := oc.run(t)
+	if err != nil || code != 0 || !checked {
+		t.Fatalf("exit %d, %v (gate opened: %v)\n%s", code, err, checked, oc.stderr)
+	}
 }

@@ -50,8 +50,12 @@ type run struct {
 	// remote says the engine is not local (Connect's decision): nothing
 	// of this host is mounted, the gate goes through the API (remote.go).
 	remote bool
-	// projectVol is the volume on the engine's host holding the project's
-	// copy, for a remote engine.
+	// shared says that the remote engine was shown to see the project at
+	// the same path (checkShared): it is bind-mounted as on a local
+	// engine; else the project is copied to projectVol, a volume on the
+	// engine's host. sharedWhy is what the check found.
+	shared     bool
+	sharedWhy  string
 	projectVol string
 	sent       []string // what the project's copy held at the start
 	podman     *podmanPrep
@@ -179,6 +183,7 @@ func (r *run) connect(ctx context.Context) error {
 		if arch, err = c.Arch(ctx); err != nil {
 			return err
 		}
+		r.trace("engine's machine: linux/" + arch)
 		if err := r.findPrograms(arch); err != nil {
 			return err
 		}
@@ -222,7 +227,7 @@ func (r *run) openSession() error {
 		r.wd = wd
 		r.trace("watchdog started")
 	}
-	st, err := startSteer(o, r.id, dir, r.owner, r.gateHelper)
+	st, err := startSteer(o, r.id, dir, r.owner, r.gateHelper, r.remote)
 	if err != nil {
 		return err
 	}
@@ -239,9 +244,12 @@ func (r *run) openImages() error {
 		return err
 	}
 	r.trace("images ready, reaped")
-	// On an engine that is not local every session is a review session:
-	// the agent works on a copy (remote.go).
-	if r.o.Review || r.remote {
+	if r.remote {
+		r.checkShared()
+	}
+	// On an engine that is not local and does not see the project, every
+	// session is a review session: the agent works on a copy (remote.go).
+	if r.o.Review || (r.remote && !r.shared) {
 		rv, err := review.Begin(r.dir, review.Meta{Session: r.id, Project: r.o.ProjectDir, Owner: r.owner, Image: r.imgs.sandbox})
 		if err != nil {
 			return err
@@ -286,7 +294,7 @@ func (r *run) createSandbox() error {
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: r.limits.pids, Memory: r.limits.memory, CPUs: r.limits.cpus, Rlimits: r.limits.rlimits,
 		Volumes: r.vols, Owner: r.owner, Finisher: r.wd.Owner(), Overlay: r.overlay(), StatusReader: o.StatusReader,
-		Remote: r.remote, ProjectVolume: r.projectVol, ProjectCopied: func(p []string) { r.sent = p },
+		Remote: r.remote, ProjectVolume: r.projectVol, SharedProject: r.shared, ProjectCopied: r.copied, Exited: r.sandboxExited,
 		Logf: o.Logf, Trace: r.trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err != nil {
@@ -294,6 +302,15 @@ func (r *run) createSandbox() error {
 	}
 	r.box = box
 	return nil
+}
+
+// sandboxExited: on an engine that is not local the gate's end begins as
+// soon as the sandbox has exited (network.finishEarly); teardown's step 3
+// waits for it.
+func (r *run) sandboxExited() {
+	if r.remote {
+		r.net.finishEarly(r.trace)
+	}
 }
 
 // runSandbox creates and starts the sandbox, lists the session (aisb ps) and tells the
@@ -379,7 +396,9 @@ func (r *run) teardown() {
 	}
 	// 3. The network: squid is quiesced and stopped and the gate's audit
 	//    completed, or the gate is handed to the watchdog, which does the
-	//    same (and steps 6 and 7) after aisb has returned (Finish). A
+	//    same (and steps 6 and 7) after aisb has returned (Finish); on an
+	//    engine that is not local it began once the sandbox exited
+	//    (sandboxExited), and this waits for it. A
 	//    sandbox left to the watchdog with no gate handed over is handed to
 	//    it now.
 	if r.net != nil {

@@ -88,3 +88,17 @@ func readMarker(path string) ([]byte, error) {
 
 // OwnerOf is the Owner value of another process (see Owner).
 func OwnerOf(pid int) string { return fmt.Sprintf("%d:%d", pid, startTime(pid)) }
+
+// SessionProject is the project directory session id recorded
+// (MarkSession), alive or not: a watchdog's, to remove what aisb left in it.
+func (p Paths) SessionProject(id string) (string, error) {
+	b, err := readMarker(filepath.Join(p.SessionDir(id), markerName))
+	if err != nil {
+		return "", fmt.Errorf("session %s's project: %w", id, err)
+	}
+	var r Running
+	if err := json.Unmarshal(b, &r); err != nil || r.Project == "" {
+		return "", fmt.Errorf("session %s's project: unreadable record", id)
+	}
+	return r.Project, nil
+}

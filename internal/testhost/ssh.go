@@ -1,6 +1,7 @@
 package testhost
 
 import (
+	"cmp"
 	"io"
 	"net"
 	"os"
@@ -103,10 +104,12 @@ func editKeys(path string, edit func([]string) []string) error {
 }
 
 // The remote engine host (tests/host/engine-ssh.sh): sshd and the engine
-// user's Podman service in a namespace of their own.
-const (
-	EngineSSHAddr = "198.51.100.42"
-	EngineSSHDir  = "/run/aisb-eng/ssh"
+// user's Podman service in a namespace of their own; AISB_ENG_NS and
+// AISB_ENG_ADDR name a second instance (a helper's), as for the script.
+var (
+	EngineNS      = cmp.Or(os.Getenv("AISB_ENG_NS"), "aisb-eng")
+	EngineSSHAddr = cmp.Or(os.Getenv("AISB_ENG_ADDR"), "198.51.100.42")
+	EngineSSHDir  = "/run/" + EngineNS + "/ssh"
 )
 
 // EngineHostKey is the engine host's public host key line.

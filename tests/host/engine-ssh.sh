@@ -3,8 +3,8 @@
 # (issue #29, 4b), idempotently: a network namespace of its own ($AISB_ENG_NS,
 # aisb-eng) standing for another machine, with
 #   - OpenSSH's sshd on $AISB_ENG_ADDR:22 (a throw-away host key made here in
-#     $state/ssh), letting in only the engine user ($AISB_ENGINE_USER), by the
-#     keys a test writes to $state/ssh/authorized_keys/$AISB_ENGINE_USER, with
+#     $state/ssh), letting in only the engine user ($AISB_ENGINE_SSH_USER), by the
+#     keys a test writes to $state/ssh/authorized_keys/$AISB_ENGINE_SSH_USER, with
 #     local forwarding only (a unix socket is what podman's ssh:// transport
 #     uses; sshd allows that only with local TCP forwarding);
 #   - the engine user's rootless `podman system service` on its usual socket
@@ -12,32 +12,62 @@
 #     gate with --network=host and pasta's sandbox live on that namespace's
 #     loopback and interfaces, as on a real remote;
 #   - the offline base image in the engine user's storage.
-# Addresses (198.51.100.40/29, unused by upstream.sh and env.sh):
-#   aisb-eng0 (root ns) 198.51.100.41/32, route to 198.51.100.42/32
-#   eth0 (aisb-eng)     198.51.100.42/30, default via 198.51.100.41 (pasta
-#                       needs a default route; the root namespace does not
-#                       forward, so it leads nowhere beyond this host)
-#   up0 (aisb-eng)      198.51.100.46/32, route to the upstream's 198.51.100.10/32:
+# Addresses, all in the /29 block of $AISB_ENG_ADDR (198.51.100.42 by default:
+# 198.51.100.40/29, unused by upstream.sh and env.sh; a second instance takes
+# another block, e.g. AISB_ENG_ADDR=198.51.100.50 for .48/29), B its base:
+#   ${ns}0 (root ns)   B+1/32, route to $AISB_ENG_ADDR/32
+#   eth0 (ns)           $AISB_ENG_ADDR = B+2/30, default via B+1 (pasta needs a
+#                       default route; the root namespace does not forward, so
+#                       it leads nowhere beyond this host)
+#   ssh0 (ns)           B+5/32, route to the test SSH server's $AISB_SSH_ADDR/32:
+#                       a veth of its own into $AISB_SSH_NS (end there named
+#                       after the namespace, no address, a route back to B+5),
+#                       so a gate on the engine host reaches git over SSH
+#   up0 (ns)            B+6/32, route to the upstream's 198.51.100.10/32:
 #                       a veth of its own into $AISB_UPSTREAM_NS, whose end
-#                       there has no address, only a route back to .46. No
+#                       there (named after the namespace, aisbeng for aisb-eng)
+#                       has no address, only a route back to B+6. No
 #                       forwarding is enabled anywhere; nothing of 203.0.113.0/24.
 # /etc/netns/$AISB_ENG_NS/resolv.conf names the upstream's DNS (ip netns exec
 # mounts it over /etc/resolv.conf for what runs in the namespace).
+# The instance's state (sshd's host key, config, log, the keys a test
+# authorizes, the service's pid and log) is in /run/$ns.
 # Run by setup.sh after upstream.sh (its namespace must exist); as root.
-# Parameters: AISB_ENGINE_USER (default aisbengine), AISB_ENG_NS, AISB_ENG_ADDR.
+# Parameters: AISB_ENGINE_SSH_USER (default aisbengine2), AISB_ENG_NS (aisb-eng),
+# AISB_ENG_ADDR (198.51.100.42); a second instance needs all three its own.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
 
 ns=$AISB_ENG_NS
-eu=$AISB_ENGINE_USER
-state=/run/aisb-eng
+eu=$AISB_ENGINE_SSH_USER
+state=/run/$ns
 sshdir=$state/ssh
-root_end=198.51.100.41
-up_end=198.51.100.46
 
 die() { printf 'engine-ssh.sh: %s\n' "$*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root"
+
+# The namespace names the interfaces (at most 15 bytes): ${ns}0 in the root
+# namespace, and the peers in the upstream's and the SSH server's namespaces.
+case $ns in
+aisb-*) ;;
+*) die "AISB_ENG_NS=$ns: the engine host's namespace must be named aisb-SOMETHING" ;;
+esac
+root_if=${ns}0
+peer_if=${ns//-/}
+[ ${#root_if} -le 15 ] || die "AISB_ENG_NS=$ns is too long: its interface $root_if must fit in 15 bytes"
+# The block of $AISB_ENG_ADDR: it must be the third address of a /29 in
+# 198.51.100.40-255 (below are the upstream's and the SSH server's).
+case $AISB_ENG_ADDR in
+198.51.100.*) last=${AISB_ENG_ADDR##*.} ;;
+*) die "AISB_ENG_ADDR=$AISB_ENG_ADDR: the engine host's address must be in 198.51.100.0/24 (the test hosts' range)" ;;
+esac
+[[ $last =~ ^[0-9]+$ ]] && [ "$last" -ge 40 ] && [ "$last" -le 255 ] && [ $((last % 8)) = 2 ] ||
+	die "AISB_ENG_ADDR=$AISB_ENG_ADDR: the engine host's address must be the third of a /29 in 198.51.100.40-255 (.42, .50, .58, ...)"
+block=$((last - 2))
+root_end=198.51.100.$((block + 1))
+ssh_end=198.51.100.$((block + 5))
+up_end=198.51.100.$((block + 6))
 
 # closefds runs a daemon with no inherited descriptors beyond 0-2.
 closefds() { setsid "$@" </dev/null >/dev/null 2>&1 & }
@@ -45,23 +75,34 @@ closefds() { setsid "$@" </dev/null >/dev/null 2>&1 & }
 network() {
 	ip netns list | grep -qw "^$ns" || ip netns add "$ns"
 	ip netns list | grep -qw "^$AISB_UPSTREAM_NS" || die "the upstream's namespace $AISB_UPSTREAM_NS is missing; run tests/host/upstream.sh up (setup.sh does)"
-	ip link show aisb-eng0 >/dev/null 2>&1 || ip link add aisb-eng0 type veth peer name eth0 netns "$ns"
-	ip addr replace "$root_end/32" dev aisb-eng0
-	ip link set aisb-eng0 up
-	ip route replace "$AISB_ENG_ADDR/32" dev aisb-eng0
+	ip link show "$root_if" >/dev/null 2>&1 || ip link add "$root_if" type veth peer name eth0 netns "$ns"
+	ip addr replace "$root_end/32" dev "$root_if"
+	ip link set "$root_if" up
+	ip route replace "$AISB_ENG_ADDR/32" dev "$root_if"
 	ip -n "$ns" link set lo up
 	ip -n "$ns" addr replace "$AISB_ENG_ADDR/30" dev eth0
 	ip -n "$ns" link set eth0 up
 	ip -n "$ns" route replace default via "$root_end"
 	# The link to the upstream, recreated when upstream.sh remade its namespace.
 	if ! ip -n "$ns" link show up0 >/dev/null 2>&1; then
-		ip -n "$ns" link add up0 type veth peer name aisbeng netns "$AISB_UPSTREAM_NS"
+		ip -n "$ns" link add up0 type veth peer name "$peer_if" netns "$AISB_UPSTREAM_NS"
 	fi
 	ip -n "$ns" addr replace "$up_end/32" dev up0
 	ip -n "$ns" link set up0 up
 	ip -n "$ns" route replace "$AISB_UPSTREAM_ADDR/32" dev up0 src "$up_end"
-	ip -n "$AISB_UPSTREAM_NS" link set aisbeng up
-	ip -n "$AISB_UPSTREAM_NS" route replace "$up_end/32" dev aisbeng src "$AISB_UPSTREAM_ADDR"
+	ip -n "$AISB_UPSTREAM_NS" link set "$peer_if" up
+	ip -n "$AISB_UPSTREAM_NS" route replace "$up_end/32" dev "$peer_if" src "$AISB_UPSTREAM_ADDR"
+	# The link to the test SSH server (git over SSH through a gate on the
+	# engine host), recreated when upstream.sh remade its namespace.
+	ip netns list | grep -qw "^$AISB_SSH_NS" || die "the test SSH server's namespace $AISB_SSH_NS is missing; run tests/host/upstream.sh up (setup.sh does)"
+	if ! ip -n "$ns" link show ssh0 >/dev/null 2>&1; then
+		ip -n "$ns" link add ssh0 type veth peer name "$peer_if" netns "$AISB_SSH_NS"
+	fi
+	ip -n "$ns" addr replace "$ssh_end/32" dev ssh0
+	ip -n "$ns" link set ssh0 up
+	ip -n "$ns" route replace "$AISB_SSH_ADDR/32" dev ssh0 src "$ssh_end"
+	ip -n "$AISB_SSH_NS" link set "$peer_if" up
+	ip -n "$AISB_SSH_NS" route replace "$ssh_end/32" dev "$peer_if" src "$AISB_SSH_ADDR"
 	install -d -m 0755 "/etc/netns/$ns"
 	printf 'nameserver %s\n' "$AISB_UPSTREAM_ADDR" >"/etc/netns/$ns/resolv.conf"
 }
@@ -128,8 +169,20 @@ service_healthy() {
 	[ "$(as_named "$eu" curl -sS --max-time 5 --unix-socket "$(sock)" http://d/_ping 2>/dev/null)" = OK ]
 }
 
+# other_services stops the services this instance started for another
+# engine user (before AISB_ENGINE_SSH_USER changed).
+other_services() {
+	local f
+	for f in "$state"/podman-*.pid; do
+		[ -e "$f" ] && [ "$f" != "$(pidfile)" ] || continue
+		kill "$(cat "$f")" 2>/dev/null || true
+		rm -f "$f"
+	done
+}
+
 service_up() {
 	id -u "$eu" >/dev/null 2>&1 || die "engine user $eu is missing (setup.sh's engine_user makes it)"
+	other_services
 	service_healthy && return 0
 	local pid
 	pid=$(cat "$(pidfile)" 2>/dev/null) && kill "$pid" 2>/dev/null || true
@@ -170,10 +223,12 @@ down() {
 	local pid
 	pid=$(cat "$(pidfile)" 2>/dev/null) && kill "$pid" 2>/dev/null || true
 	rm -f "$(pidfile)"
+	other_services
 	[ -f "$sshdir/sshd.pid" ] && kill "$(cat "$sshdir/sshd.pid")" 2>/dev/null || true
 	rm -f "$sshdir/sshd.pid"
-	ip link del aisb-eng0 2>/dev/null || true
-	ip -n "$AISB_UPSTREAM_NS" link del aisbeng 2>/dev/null || true
+	ip link del "$root_if" 2>/dev/null || true
+	ip -n "$AISB_UPSTREAM_NS" link del "$peer_if" 2>/dev/null || true
+	ip -n "$AISB_SSH_NS" link del "$peer_if" 2>/dev/null || true
 	ip netns del "$ns" 2>/dev/null || true
 	rm -rf "/etc/netns/$ns"
 }

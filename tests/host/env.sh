@@ -13,6 +13,9 @@ AISB_TEST_USER3=${AISB_TEST_USER3:-aisbtest3}
 # (issue #29: aisb refuses an engine that is not its own, local one).
 AISB_ENGINE_USER=${AISB_ENGINE_USER:-aisbengine}
 AISB_ENGINE_SOCKETS=/run/aisb-engine
+# The remote engine host's user (engine-ssh.sh): another engine user, with a
+# storage of its own, so the ssh:// tests need not wait for the unix:// ones.
+AISB_ENGINE_SSH_USER=${AISB_ENGINE_SSH_USER:-aisbengine2}
 AISB_CACHE=${AISB_CACHE:-/var/cache/aisb-test}
 AISB_TEST_BASE_IMAGE=localhost/aisb-base:trixie
 # Everything the sandbox and gate images need, so building them never waits
@@ -42,6 +45,7 @@ as_named() {
 }
 
 # The remote engine host (engine-ssh.sh): a namespace of its own with sshd and
-# the engine user's Podman service, reached as ssh://ENGINE_USER@AISB_ENG_ADDR/run/user/UID/podman/podman.sock.
+# AISB_ENGINE_SSH_USER's Podman service, reached as
+# ssh://AISB_ENGINE_SSH_USER@AISB_ENG_ADDR/run/user/UID/podman/podman.sock.
 AISB_ENG_NS=${AISB_ENG_NS:-aisb-eng}
 AISB_ENG_ADDR=${AISB_ENG_ADDR:-198.51.100.42}

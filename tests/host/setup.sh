@@ -148,11 +148,15 @@ disjoint_ranges() {
 #     socket in AISB_ENGINE_SOCKETS, a directory others may enter but not
 #     list: a test user reaches the service only by the path the test made,
 #     and neither user reads the other's home.
+#     The remote engine host's user (3c) is a second one, AISB_ENGINE_SSH_USER,
+#     with a storage of its own: the ssh:// tests then run beside the
+#     unix:// ones (each pair of tests that count one user's containers or
+#     sshd logins is serialized per engine user, tests/remote_test.go).
 engine_user() {
-	test_user "$AISB_ENGINE_USER" 500000-565535
-	install -d -m 0711 -o "$AISB_ENGINE_USER" -g "$AISB_ENGINE_USER" "$AISB_ENGINE_SOCKETS"
+	local name=$1 range=$2
+	test_user "$name" "$range"
 	# Its storage, made once, so a test's first call does not migrate it.
-	as_named "$AISB_ENGINE_USER" podman info --format '{{.Store.GraphDriverName}}' >/dev/null
+	as_named "$name" podman info --format '{{.Store.GraphDriverName}}' >/dev/null
 }
 
 # 3b. The git user the test SSH server serves (upstream.sh runs sshd): git-shell
@@ -166,8 +170,9 @@ git_user() {
 # 3c. The remote engine host (issue #29, 4b): the engine user's Podman service
 #     and an sshd letting only that user in, in a namespace of their own
 #     (engine-ssh.sh; after upstream.sh, whose namespace it links to).
-#     AISB_ENGINE_USER names the user (a helper's own: AISB_ENGINE_USER=NAME
-#     tests/host/engine-ssh.sh up).
+#     AISB_ENGINE_SSH_USER names the user (a helper's own:
+#     AISB_ENGINE_SSH_USER=NAME AISB_ENG_NS=aisb-NAME AISB_ENG_ADDR=198.51.100.50
+#     tests/host/engine-ssh.sh up, a second instance beside this one).
 engine_ssh() {
 	"$here/engine-ssh.sh" up
 }
@@ -240,7 +245,9 @@ host_fixes
 test_user "$AISB_TEST_USER" 200000-265535
 test_user "$AISB_TEST_USER2" 300000-365535
 test_user "$AISB_TEST_USER3" 400000-465535
-engine_user
+engine_user "$AISB_ENGINE_USER" 500000-565535
+install -d -m 0711 -o "$AISB_ENGINE_USER" -g "$AISB_ENGINE_USER" "$AISB_ENGINE_SOCKETS"
+engine_user "$AISB_ENGINE_SSH_USER" 600000-665535
 disjoint_ranges
 git_user
 base_image "$AISB_TEST_USER"

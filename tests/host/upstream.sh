@@ -19,7 +19,12 @@
 # tests run beside them (tests/run.sh). The transparent path's tests own
 # tp.test and tprefused.test, the Kubernetes pod's kube.test and
 # kuberefused.test, the remote engine's remote.test and remoterefused.test,
-# for the same reason.
+# the engine that shares the project's path shared.test and sharedrefused.test,
+# the ssh:// engine's sshengine.test, sshrefused.test, sshgit.test (the SSH
+# server's) and, for its live steering, sshlisted.test, sshlive.test,
+# sshask.test and sshliverefused.test, and the unix:// engine's live
+# steering's (tests/remote_live_test.go) remotelisted.test, remotelive.test,
+# remoteask.test and liverefused.test, for the same reason.
 #
 # HTTPS is signed by a test CA of the upstream's own, made at each start and
 # written to $state/ca.pem; every request's headers go to $state/headers.log.
@@ -43,6 +48,8 @@ hosts() {
 	cat <<HOSTS
 $AISB_UPSTREAM_ADDR allowed.test www.allowed.test api.allowed.test other.test unlisted.test another.test unnamed.test refused.test sub.domain.test
 $AISB_UPSTREAM_ADDR tp.test tprefused.test kube.test kuberefused.test remote.test remoterefused.test
+$AISB_UPSTREAM_ADDR shared.test sharedrefused.test
+$AISB_UPSTREAM_ADDR remotelisted.test remotelive.test remoteask.test liverefused.test
 127.0.0.1 loopback.test
 10.255.77.10 private.test mixed.test
 172.31.77.10 private172.test
@@ -52,7 +59,8 @@ $AISB_UPSTREAM_ADDR tp.test tprefused.test kube.test kuberefused.test remote.tes
 198.51.100.1 hostself.test
 $AISB_UPSTREAM_ADDR mixed.test
 2001:db8:77::10 v6.test
-$AISB_SSH_ADDR git.test gitother.test
+$AISB_UPSTREAM_ADDR sshengine.test sshrefused.test sshlisted.test sshlive.test sshask.test sshliverefused.test
+$AISB_SSH_ADDR git.test gitother.test sshgit.test
 HOSTS
 }
 

@@ -120,3 +120,30 @@ func (f *Fake) ContainerLogs(ctx context.Context, name string, follow bool, stdo
 	stderr.Write(c.stderr)
 	return f.end(i, nil)
 }
+
+// ErrNoExec is ContainerExec's error when f.Exec is not set.
+var ErrNoExec = errors.New("enginefake: exec runs no process (set Fake.Exec)")
+
+// ContainerExec runs f.Exec for a running container, recorded with the
+// command's first word.
+func (f *Fake) ContainerExec(ctx context.Context, name string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	f.mu.Lock()
+	arg := ""
+	if len(argv) > 0 {
+		arg = argv[0]
+	}
+	c, i, err := f.beginContainer(ctx, ContainerExec, name, arg)
+	if err == nil && c.state != StateRunning {
+		err = conflict("container " + name + " is not running")
+	}
+	if err == nil && f.Exec == nil {
+		err = ErrNoExec
+	}
+	run := f.Exec
+	f.end(i, err)
+	f.mu.Unlock()
+	if err != nil {
+		return -1, err
+	}
+	return run(ctx, name, argv, stdin, stdout, stderr)
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -35,6 +36,7 @@ const (
 	ContainerCopyIn  Method = "ContainerCopyIn"
 	ContainerCopyOut Method = "ContainerCopyOut"
 	ContainerLogs    Method = "ContainerLogs"
+	ContainerExec    Method = "ContainerExec"
 	VolumeCreate     Method = "VolumeCreate"
 	VolumeExists     Method = "VolumeExists"
 	VolumeInspect    Method = "VolumeInspect"
@@ -118,6 +120,9 @@ type Fake struct {
 	HostInfo define.HostInfo
 	// Architecture is Arch's answer (New: this host's).
 	Architecture string
+	// Exec plays the command of a ContainerExec in a running container
+	// (nil: the call fails, the fake runs no process).
+	Exec func(ctx context.Context, name string, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error)
 
 	mu         sync.Mutex
 	changed    chan struct{} // closed and replaced on every change of a container
