@@ -240,15 +240,15 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e cmdEn
 		mark := testhost.DNSMark(t)
 		r := aisb(t, "run", "--gate", "h4gate", "--harness", "shell", "--", "sh", "-c",
 			"curl -sSk --max-time 10 -o /dev/null -w 'allowed=%{http_code}\\n' https://"+upstream+"/; "+
-				"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://h4refused.test/; "+
+				"curl -sSk --max-time 10 -o /dev/null -w 'refusedname=%{http_connect}\\n' https://cmdsrefused.test/; "+
 				"curl -sSk --noproxy '*' --max-time 5 -o /dev/null https://"+upstream+"/; echo direct=$?")
 		for _, want := range []string{"allowed=200", "refusedname=403", "direct=7"} {
 			if r.Code != 0 || !strings.Contains(r.Stdout, want) {
 				t.Errorf("aisb run --gate h4gate on %s's engine: want %q: %s", e.name(), want, r)
 			}
 		}
-		if slices.Contains(testhost.DNSQueries(t, mark), "h4refused.test") {
-			t.Errorf("the refused name h4refused.test was resolved")
+		if slices.Contains(testhost.DNSQueries(t, mark), "cmdsrefused.test") {
+			t.Errorf("the refused name cmdsrefused.test was resolved")
 		}
 		// The gate is down at once: what it logged is in the audit all the same.
 		start := time.Now()
@@ -258,7 +258,7 @@ func remoteCommandChecks(t *testing.T, ctx context.Context, a *aisbUser, e cmdEn
 			t.Errorf("aisb gate down on %s's engine: %s", e.name(), down)
 		}
 		au := a.run(t, "audit", "--session", "h4gate")
-		for _, want := range []string{"ALLOWED  CONNECT " + upstream + ":443  200", "BLOCKED  CONNECT h4refused.test:443  403"} {
+		for _, want := range []string{"ALLOWED  CONNECT " + upstream + ":443  200", "BLOCKED  CONNECT cmdsrefused.test:443  403"} {
 			if !strings.Contains(au.Stdout, want) {
 				t.Errorf("aisb audit --session h4gate after gate down lacks %q: %s", want, au)
 			}

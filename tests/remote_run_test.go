@@ -36,9 +36,10 @@ type remoteEngine struct {
 	// tunnels are the caller's ssh:// tunnel directories (a glob), "" for
 	// none.
 	tunnels string
-	// live, when set, runs the live steering's and the state volume's
-	// checks too (liveChecks, stateChecks) with these names; for unix://
-	// TestRemoteLive runs them.
+	// live, when set, runs the live steering's, the state volume's and the
+	// other commands' checks too (liveChecks with these names,
+	// stateChecks, remoteCommandChecks); for unix:// TestRemoteLive and
+	// TestRemoteEngineRefused run them.
 	live *liveNames
 }
 
@@ -301,6 +302,10 @@ env = "TEST_API_KEY"
 			as := newAisb(t, base, "")
 			as.host, as.env = a.host, a.env
 			stateChecks(t, as, podman)
+			noneLeft(t, left(t))
+		})
+		t.Run("commands", func(t *testing.T) {
+			remoteCommandChecks(t, ctx, newAisb(t, base, dnsConfig()), cmdEngine{e, base})
 			noneLeft(t, left(t))
 		})
 	}

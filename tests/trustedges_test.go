@@ -196,11 +196,18 @@ func TestLongLivedGateState(t *testing.T) {
 	}
 	// squid runs as the user through keep-id: it can write this file.
 	writeUserFile(t, conf, strings.Join(lines, "\n"))
-	probe := "probe tcp $(echo $HTTP_PROXY | sed 's,http://,,; s,:[0-9]*$,,'):" + itoa(secret)
+	// The gate's address as the sandbox reaches it (HTTP_PROXY is
+	// http://USER:TOKEN@ADDRESS:PORT); the control: the same probe to the
+	// gate's own port connects, so the address is right and a refusal of
+	// the secret's port is the table's.
+	probe := `h=${HTTP_PROXY##*@}; addr=${h%:*}; probe tcp $addr:${h##*:}; echo gatetcp=$?; probe tcp $addr:` + itoa(secret)
 	r := a.run(t, "run", "--gate", "shared", "--allow", "unnamed.test", "--harness", "shell", "--", "sh", "-c",
 		probe+"; echo secret=$?; probe http-proxy $HTTP_PROXY http://allowed.test/; echo gate=$?")
-	if strings.Contains(r.Stdout, "secret=0") || strings.Contains(r.Stdout, "host-secret") {
-		t.Errorf("a squid.conf rewritten in the gate's directory opened another host port to the sandbox: %s", r)
+	if !strings.Contains(r.Stdout, "gatetcp=0") {
+		t.Errorf("control: the probe does not reach the gate's own port at the address it tries the secret's on: %s", r)
+	}
+	if !strings.Contains(r.Stdout, "secret=1") || strings.Contains(r.Stdout, "host-secret") {
+		t.Errorf("a squid.conf rewritten in the gate's directory opened another host port to the sandbox (or the probe did not try it): %s", r)
 	}
 	if !strings.Contains(r.Stdout, "gate=0") {
 		t.Errorf("the session did not reach its long-lived gate: %s", r)
