@@ -83,7 +83,7 @@ func TestRemoteRun(t *testing.T) {
 func remoteRun(t *testing.T, base string, e remoteEngine) {
 	began := time.Now()
 	eu := e.eu
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	a := newAisb(t, base, dnsConfig())
 	a.host, a.env = e.uri, e.env
