@@ -44,8 +44,8 @@ func (a *aisbUser) start(t *testing.T, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	cmd := testhost.UserCommand(ctx, a.command(t, ctx, args...)...)
-	cmd.Dir = a.project
+	// a.env too (an ssh:// engine's key and known_hosts), as a.run passes it.
+	cmd := a.harness().Command(t, ctx, a.containerHost(t), a.env, args...)
 	r := &running{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.stdout, r.stderr
 	// A child that outlives aisb (an image build's, the watchdog) may hold

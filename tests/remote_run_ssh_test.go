@@ -67,6 +67,7 @@ func TestRemoteRunSSH(t *testing.T) {
 		allowed: "sshengine.test", refused: "sshrefused.test", ssh: "sshgit.test",
 		tunnels: "/run/user/" + caller.Uid + "/aisb/ssh-*",
 		live:    &liveNames{listed: "sshlisted.test", live: "sshlive.test", ask: "sshask.test", refused: "sshliverefused.test"},
+		offline: true,
 	})
 }
 

@@ -41,6 +41,52 @@ type remoteEngine struct {
 	// stateChecks, remoteCommandChecks); for unix:// TestRemoteLive and
 	// TestRemoteEngineRefused run them.
 	live *liveNames
+	// offline says the engine's host reaches no package registry (the
+	// ssh:// test host's namespace reaches only the test upstream): an
+	// image that installs a harness is built on the caller's own engine
+	// and copied there (copyPiImage).
+	offline bool
+}
+
+// copyPiImage builds the pi harness's sandbox image on the caller's own
+// engine (aisb image build; the same inputs give it the same tag there)
+// and loads each tag of it the engine lacks into the engine's storage.
+func copyPiImage(t *testing.T, ctx context.Context, base string, e remoteEngine) {
+	t.Helper()
+	start := time.Now()
+	local := newAisb(t, base, "")
+	if r := local.run(t, "image", "build", "--harness", "pi"); r.Code != 0 {
+		t.Fatalf("aisb image build --harness pi on the caller's engine: %s", r)
+	}
+	var tags []string
+	for _, l := range strings.Fields(testhost.Podman(t, "images", "--format", "{{.Repository}}:{{.Tag}}").Stdout) {
+		if strings.Contains(l, "aisb-sandbox-pi:") {
+			tags = append(tags, l)
+		}
+	}
+	if len(tags) == 0 {
+		t.Fatalf("no pi sandbox image on the caller's engine after aisb image build")
+	}
+	for _, tag := range tags {
+		if r := testhost.Run(t, e.as(ctx, e.eu, "podman", "image", "exists", tag)); r.Code == 0 {
+			continue
+		}
+		save := testhost.UserCommand(ctx, "podman", "save", tag)
+		load := e.as(ctx, e.eu, "podman", "load", "-q")
+		pipe, err := save.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		load.Stdin = pipe
+		if err := save.Start(); err != nil {
+			t.Fatal(err)
+		}
+		out, err := load.CombinedOutput()
+		if werr := save.Wait(); err != nil || werr != nil {
+			t.Fatalf("load %s into %s's storage: %v %v: %s", tag, e.eu.Username, err, werr, out)
+		}
+	}
+	t.Logf("the pi image built here and copied to %s's engine in %v", e.eu.Username, time.Since(start).Round(time.Millisecond))
 }
 
 // TestRemoteRun (issue #29, items 1, 2 and 4a): `aisb run` on another
@@ -299,6 +345,9 @@ env = "TEST_API_KEY"
 			noneLeft(t, left(t))
 		})
 		t.Run("state", func(t *testing.T) {
+			if e.offline {
+				copyPiImage(t, ctx, base, e)
+			}
 			as := newAisb(t, base, "")
 			as.host, as.env = a.host, a.env
 			stateChecks(t, as, podman)

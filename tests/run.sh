@@ -7,6 +7,8 @@
 #   shared  the tests of tests/ that may run in parallel, four at once, the
 #           slowest first, as the test user (tests/helpers_test.go says which
 #           may, tests/slots_test.go which start first)
+#   remote  the tests of engines that are not local (TestRemote*), as the
+#           test user, each engine's one at a time, the engines side by side
 #   harness the agent loops of claude, codex and opencode, the three at once,
 #           as the third test user: each builds its harness image first
 #           (before them, as that user, the alone tests marked "third")
@@ -52,6 +54,8 @@ third="^($(pattern third))\$"
 # over 5 s); with a storage of their own, 49 s.
 # pi's loop (TestCredentialsPiHarness) is in the alone lane.
 harness='^TestHarnessLoop(Claude|Codex|Opencode)$'
+# The tests of engines that are not local (tests/remote*_test.go).
+remote='^TestRemote'
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU. Beside the host's build, the
@@ -121,8 +125,16 @@ units_pid=$!
 # it starts the slowest tests first, so go test's own limit admits them all.
 # Three kept it slot-bound (1,500 s of the tests' own time in 506 s, with
 # the harness lane and the remote tests added) on a machine not busy all along.
-AISB_TEST_SLOTS=4 lane shared "${go_test[@]}" -parallel 100 -skip "$alone|$harness" ./tests &
+AISB_TEST_SLOTS=4 lane shared "${go_test[@]}" -parallel 100 -skip "$alone|$harness|$remote" ./tests &
 shared_pid=$!
+# The remote engines' tests in a lane of their own, as the same test user:
+# each engine user's tests run one at a time (lockEngine), the unix:// and
+# ssh:// chains side by side (minutes each: their images built on the
+# engine, the pi image copied to the ssh:// one). In the shared lane a
+# test waiting for its engine held a slot, and the chains held one each
+# for minutes (the lane ended at 624 s).
+lane remote "${go_test[@]}" -parallel 8 -run "$remote" ./tests &
+remote_pid=$!
 # Its user's base image is imported here, not in step 1, where it would
 # lengthen the set-up beside the build (its lane has minutes to spare).
 # First the alone tests marked "third" run as that user, one at a time, then
@@ -146,6 +158,7 @@ alone_pid=$!
 rc=0
 wait "$units_pid" || rc=1
 wait "$shared_pid" || rc=1
+wait "$remote_pid" || rc=1
 # The harness lane's sessions are another user's, but gate/'s LAN test
 # changes the host's addresses, which every running gate follows.
 wait "$harness_pid" || rc=1

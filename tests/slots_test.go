@@ -19,10 +19,7 @@ import (
 var slowFirst = []string{
 	"TestEntrypointInRootlessContainer", // ~100: every network helper, every probe
 	"TestEscapeBattery",                 // ~100: every escape, with its control
-	// ~110 when its engine user's storage lacks the session's images (a
-	// new entrypoint): both built over ssh:// on the engine host, 20 s
-	// after. Before TestRemoteSSHEngine, which waits for its engine user.
-	"TestRemoteRunSSH",
+	// (The remote engines' tests have a lane of their own: tests/run.sh.)
 	// ~90: it builds the pi image. The other state tests are not listed:
 	// they wait for that build and are short once it is done, so they
 	// start in their declared order, late (two of them holding slots

@@ -268,7 +268,16 @@ func (b *Box) Wait() (Exit, error) {
 	}
 	b.trace("sandbox exited")
 	if o.Exited != nil {
-		o.Exited()
+		// Told only once Podman's cleanup has torn the sandbox's network
+		// down (exited, not merely stopped): until then what a socket of
+		// the agent's still holds in its buffer goes on through the gate,
+		// whose end would cut that tunnel before squid logged it. When the
+		// wait fails, the gate's end waits for the sandbox's removal, as
+		// on a local engine.
+		if _, err := c.ContainerWait(context.TODO(), b.name, define.ContainerStateExited); err == nil {
+			b.trace("sandbox's network gone")
+			o.Exited()
+		}
 	}
 	e := Exit{Code: int(code)}
 	if !o.Plain {

@@ -100,8 +100,9 @@ type Options struct {
 	// slash-separated paths), once it is in ProjectVolume; its error
 	// stops the sandbox's creation.
 	ProjectCopied func(paths []string) error
-	// Exited is told once the sandbox's process has exited, before its
-	// status is read (nil: nothing).
+	// Exited is told once the sandbox's process has exited and Podman's
+	// cleanup has taken its network down, before its status is read (nil:
+	// nothing).
 	Exited func()
 	Logf   func(format string, args ...any) // aisb's messages (stderr)
 	Trace  func(phase string)               // phase timings ($AISB_TRACE); nil: none

@@ -470,7 +470,9 @@ func TestSessionRemote(t *testing.T) {
 		}
 	}
 	want := []string{"ContainerCreate ", "ContainerCopyIn /", "ContainerCopyIn /project", "ContainerAttach ", "ContainerStart ",
-		"ContainerCopyIn /", "ContainerWait ", "ContainerCopyOut " + contract.StatusPath, "ContainerCopyOut /project", "ContainerRemove "}
+		// The second wait: for Podman's cleanup (the sandbox's network
+		// gone) before the gate's end begins.
+		"ContainerCopyIn /", "ContainerWait ", "ContainerWait ", "ContainerCopyOut " + contract.StatusPath, "ContainerCopyOut /project", "ContainerRemove "}
 	if !slices.Equal(calls, want) {
 		t.Errorf("the sandbox's calls %q, want %q", calls, want)
 	}

@@ -294,7 +294,7 @@ func (r *run) createSandbox() error {
 		Terminal: o.Terminal, Unenforced: o.Unenforced,
 		PidsLimit: r.limits.pids, Memory: r.limits.memory, CPUs: r.limits.cpus, Rlimits: r.limits.rlimits,
 		Volumes: r.vols, Owner: r.owner, Finisher: r.wd.Owner(), Overlay: r.overlay(), StatusReader: o.StatusReader,
-		Remote: r.remote, ProjectVolume: r.projectVol, SharedProject: r.shared, ProjectCopied: r.copied, Exited: r.sandboxExited,
+		Remote: r.remote, ProjectVolume: r.projectVol, SharedProject: r.shared, ProjectCopied: r.copied, Exited: r.exitedHook(),
 		Logf: o.Logf, Trace: r.trace, Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
 	})
 	if err != nil {
@@ -304,13 +304,16 @@ func (r *run) createSandbox() error {
 	return nil
 }
 
-// sandboxExited: on an engine that is not local the gate's end begins as
-// soon as the sandbox has exited (network.finishEarly); teardown's step 3
-// waits for it.
-func (r *run) sandboxExited() {
-	if r.remote {
-		r.net.finishEarly(r.trace)
+// exitedHook: on an engine that is not local the gate's end begins as soon
+// as the sandbox has exited and its network is gone (network.finishEarly);
+// teardown's step 3 waits for it. A local session has none (its gate goes
+// to the watchdog), so its sandbox's status is read without waiting for
+// Podman's cleanup.
+func (r *run) exitedHook() func() {
+	if !r.remote {
+		return nil
 	}
+	return func() { r.net.finishEarly(r.trace) }
 }
 
 // runSandbox creates and starts the sandbox, lists the session (aisb ps) and tells the
