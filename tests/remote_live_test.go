@@ -93,6 +93,10 @@ func TestRemoteLive(t *testing.T) {
 		}
 	})
 	t.Run("state", func(t *testing.T) {
+		// The pi image as the ssh:// engine gets it: built once, on the
+		// caller's engine (where other tests build it too), and copied,
+		// not a second npm install beside make test's other lanes.
+		copyPiImage(t, ctx, base, remoteEngine{eu: eu, as: asEngine})
 		a := newAisb(t, base, "")
 		a.host = "unix://" + sock
 		stateChecks(t, a, podman)

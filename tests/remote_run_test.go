@@ -44,7 +44,8 @@ type remoteEngine struct {
 	// offline says the engine's host reaches no package registry (the
 	// ssh:// test host's namespace reaches only the test upstream): an
 	// image that installs a harness is built on the caller's own engine
-	// and copied there (copyPiImage).
+	// and copied there (copyPiImage; TestRemoteLive does the same for the
+	// unix:// engine, to save make test a second npm install).
 	offline bool
 }
 

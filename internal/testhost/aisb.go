@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Aisb is aisb as a user of it runs it, for tests and benchmarks alike: the
@@ -73,6 +74,11 @@ func (a Aisb) Command(t testing.TB, ctx context.Context, host string, env []stri
 	}
 	cmd := UserCommand(ctx, argv...)
 	cmd.Dir = a.Project
+	// Killing cmd kills runuser, not aisb under it, and a child that
+	// outlives aisb may hold its output pipes: Wait gives up on them then,
+	// rather than hanging the test until aisb's own end (or go test's
+	// timeout).
+	cmd.WaitDelay = 10 * time.Second
 	return cmd
 }
 
