@@ -57,9 +57,9 @@ func startLive(t *testing.T, a *aisbUser, args ...string) *liveSession {
 	writeUserFile(t, filepath.Join(a.project, "agent.sh"), agentScript)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
-	argv := a.command(t, ctx, append(append([]string{"run"}, args...), "--harness", "shell", "--", "sh", "/project/agent.sh")...)
-	s := &liveSession{t: t, a: a, cmd: testhost.UserCommand(ctx, argv...), lines: make(chan string, 100), stderr: &lockedWriter{}, done: make(chan error, 1)}
-	s.cmd.Dir = a.project
+	// a.env too (an ssh:// engine's key and known_hosts), as a.run passes it.
+	cmd := a.harness().Command(t, ctx, a.containerHost(t), a.env, append(append([]string{"run"}, args...), "--harness", "shell", "--", "sh", "/project/agent.sh")...)
+	s := &liveSession{t: t, a: a, cmd: cmd, lines: make(chan string, 100), stderr: &lockedWriter{}, done: make(chan error, 1)}
 	out, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
