@@ -72,20 +72,7 @@ func copyPiImage(t *testing.T, ctx context.Context, base string, e remoteEngine)
 		if r := testhost.Run(t, e.as(ctx, e.eu, "podman", "image", "exists", tag)); r.Code == 0 {
 			continue
 		}
-		save := testhost.UserCommand(ctx, "podman", "save", tag)
-		load := e.as(ctx, e.eu, "podman", "load", "-q")
-		pipe, err := save.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		load.Stdin = pipe
-		if err := save.Start(); err != nil {
-			t.Fatal(err)
-		}
-		out, err := load.CombinedOutput()
-		if werr := save.Wait(); err != nil || werr != nil {
-			t.Fatalf("load %s into %s's storage: %v %v: %s", tag, e.eu.Username, err, werr, out)
-		}
+		loadInto(t, ctx, tag, e.eu, e.as)
 	}
 	t.Logf("the pi image built here and copied to %s's engine in %v", e.eu.Username, time.Since(start).Round(time.Millisecond))
 }
@@ -418,8 +405,17 @@ func engineBaseImage(t *testing.T, eu *user.User) string {
 		return base
 	}
 	start := time.Now()
-	save := testhost.UserCommand(ctx, "podman", "save", base)
-	load := asEngine(ctx, eu, "podman", "load", "-q")
+	loadInto(t, ctx, base, eu, asEngine)
+	t.Logf("loaded %s into %s's storage in %v", base, eu.Username, time.Since(start).Round(time.Millisecond))
+	return base
+}
+
+// loadInto copies image from the caller's storage into eu's (podman save
+// piped into podman load, as eu on its host).
+func loadInto(t *testing.T, ctx context.Context, image string, eu *user.User, as func(context.Context, *user.User, ...string) *exec.Cmd) {
+	t.Helper()
+	save := testhost.UserCommand(ctx, "podman", "save", image)
+	load := as(ctx, eu, "podman", "load", "-q")
 	pipe, err := save.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -430,10 +426,8 @@ func engineBaseImage(t *testing.T, eu *user.User) string {
 	}
 	out, err := load.CombinedOutput()
 	if werr := save.Wait(); err != nil || werr != nil {
-		t.Fatalf("load %s into %s's storage: %v %v: %s", base, eu.Username, err, werr, out)
+		t.Fatalf("load %s into %s's storage: %v %v: %s", image, eu.Username, err, werr, out)
 	}
-	t.Logf("loaded %s into %s's storage in %v", base, eu.Username, time.Since(start).Round(time.Millisecond))
-	return base
 }
 
 // engineSession lists the engine's aisb containers and volumes of a
