@@ -108,10 +108,12 @@ func checkShared(c engine.Engine, o PathCheck) (bool, string) {
 	if err != nil {
 		return false, err.Error()
 	}
+	// Removed whatever the create says: a create cut short by the check's
+	// timeout may still have made the container on the engine.
+	defer engine.Remove(context.Background(), c, s.Name)
 	if _, err := c.ContainerCreate(ctx, s); err != nil {
 		return false, "a container there cannot mount it: " + termsafe.Printable(err.Error())
 	}
-	defer engine.Remove(context.Background(), c, s.Name)
 	if err := c.ContainerStart(ctx, s.Name); err != nil {
 		return false, "a container there mounting it does not start: " + termsafe.Printable(err.Error())
 	}
