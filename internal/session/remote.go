@@ -119,6 +119,11 @@ func (r *run) copied(paths []string) error {
 
 // removeProject removes the project's volume, once the sandbox is gone.
 func (r *run) removeProject() {
+	// The path check's container too, should its own removal have failed
+	// (seen once under load): nothing of the session stays on the engine.
+	if err := engine.Remove(context.TODO(), r.c, sandbox.PathCheckName(r.id)); err != nil {
+		r.o.Logf("%v", err)
+	}
 	if err := r.c.VolumeRemove(context.TODO(), r.projectVol); err != nil && !engine.IsNotFound(err) {
 		r.o.Logf("remove the project's volume %s: %v", r.projectVol, err)
 	}
