@@ -48,12 +48,12 @@ func (s *Session) Imported() bool {
 // importPending is why the layer is not the agent's whole work yet: a
 // copy was sent and its changes not all brought back. "" when it is.
 func (s *Session) importPending() string {
-	_, sent, err := s.Sent()
-	switch {
-	case err != nil:
-		return err.Error()
-	case !sent || s.Imported():
+	// Only whether a copy was sent matters here, not its list (up to
+	// MaxEntries paths): the record's presence, never read.
+	if _, err := os.Lstat(s.sentPath()); errors.Is(err, os.ErrNotExist) || s.Imported() {
 		return ""
+	} else if err != nil {
+		return err.Error()
 	}
 	if why := s.ImportFailure(); why != "" {
 		return why
