@@ -445,7 +445,7 @@ func TestSessionRemote(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
 	}
-	steps := []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}
+	steps := []string{"sandbox", "state", "path check", "project", "network", "review", "steering", "secrets", "gate", "podman"}
 	wantOrder(t, r, oc.ev, steps, endEvents)
 	sandboxGone(t, oc.f, r.id)
 	// The gate's end began once the sandbox had exited, beside the copies
@@ -534,7 +534,7 @@ func TestSessionRemoteGateLost(t *testing.T) {
 	if !slices.ContainsFunc(oc.f.Log(), func(s string) bool { return strings.HasPrefix(s, "ContainerKill sandbox") }) {
 		t.Errorf("the sandbox was not killed: %q", oc.f.Log())
 	}
-	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "project", "network", "review", "steering", "secrets", "gate", "podman"}, endEvents)
+	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "path check", "project", "network", "review", "steering", "secrets", "gate", "podman"}, endEvents)
 }
 
 // TestSessionRemoteAsk: ask mode is not refused on an engine that is not

@@ -66,6 +66,7 @@ func (r *run) checkShared() {
 		r.trace("project path not checked on the engine: " + r.sharedWhy)
 		return
 	}
+	r.pathCheck = true
 	v := sandbox.CheckSharedPath(r.c, sandbox.PathCheck{Session: r.id, Owner: r.owner, Image: r.imgs.sandbox,
 		ProjectDir: r.o.ProjectDir, Timeout: pathCheckWait})
 	r.shared, r.sharedWhy = v.Shared, v.Why
@@ -117,13 +118,16 @@ func (r *run) copied(paths []string) error {
 	return nil
 }
 
+// removePathCheck removes the path check's container again: nothing of
+// the session stays on the engine.
+func (r *run) removePathCheck() {
+	if err := engine.Remove(context.TODO(), r.c, sandbox.PathCheckName(r.id)); err != nil {
+		r.o.Logf("path check: %v", err)
+	}
+}
+
 // removeProject removes the project's volume, once the sandbox is gone.
 func (r *run) removeProject() {
-	// The path check's container too, should its own removal have failed
-	// (seen once under load): nothing of the session stays on the engine.
-	if err := engine.Remove(context.TODO(), r.c, sandbox.PathCheckName(r.id)); err != nil {
-		r.o.Logf("%v", err)
-	}
 	if err := r.c.VolumeRemove(context.TODO(), r.projectVol); err != nil && !engine.IsNotFound(err) {
 		r.o.Logf("remove the project's volume %s: %v", r.projectVol, err)
 	}

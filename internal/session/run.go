@@ -56,6 +56,7 @@ type run struct {
 	// engine's host. sharedWhy is what the check found.
 	shared     bool
 	sharedWhy  string
+	pathCheck  bool // the check's container was asked for (removed again at the end)
 	projectVol string
 	sent       []string // what the project's copy held at the start
 	podman     *podmanPrep
@@ -392,7 +393,14 @@ func (r *run) teardown() {
 		r.closeState()
 		r.trace("state recorded")
 	}
-	// 2b. The project's copy on a remote engine, once the sandbox is gone.
+	// 2b. The path check's container, should its own removal have failed
+	//    or come before a create the engine finished late (seen under
+	//    load); then the project's copy on a remote engine, once the
+	//    sandbox is gone.
+	if r.pathCheck {
+		r.step("path check")
+		r.removePathCheck()
+	}
 	if r.projectVol != "" {
 		r.step("project")
 		r.removeProject()

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,7 +29,7 @@ func TestSessionRemoteShared(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
 	}
-	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "network", "steering", "secrets", "gate", "podman"}, endEvents)
+	wantOrder(t, r, oc.ev, []string{"sandbox", "state", "path check", "network", "steering", "secrets", "gate", "podman"}, endEvents)
 	if !strings.Contains(oc.stderr.String(), "podman is not local but sees the project at the same path (a container there read the token aisb wrote into it, and what it wrote there is here, yours") {
 		t.Errorf("stderr does not say the project is shared:\n%s", oc.stderr)
 	}
@@ -109,5 +110,39 @@ func noMarkers(t *testing.T, dir string) {
 		if strings.HasPrefix(e.Name(), ".aisb-pathcheck") {
 			t.Errorf("left in the project: %s", e.Name())
 		}
+	}
+}
+
+// TestSessionRemotePathCheckLeft: when the check's own removal of its
+// container fails (or comes before a create the engine finished late, as
+// under load), the session's end removes it: nothing of the session stays
+// on the engine.
+func TestSessionRemotePathCheckLeft(t *testing.T) {
+	for name, shared := range map[string]bool{"shared": true, "copied": false} {
+		t.Run(name, func(t *testing.T) {
+			oc := newOrderCase(t, false)
+			oc.p.remote = true
+			if shared {
+				oc.p.sees = oc.o.ProjectDir
+			}
+			oc.f.ExitOnStart(enginefake.Kind("sandbox"), 0)
+			oc.f.FailTimes(enginefake.ContainerRemove, enginefake.Kind("pathcheck"), errors.New("container is locked"), 1)
+			code, err, r := oc.run(t)
+			if err != nil || code != 0 {
+				t.Fatalf("exit %d, %v\n%s", code, err, oc.stderr)
+			}
+			if _, ok := oc.f.Container(sandbox.PathCheckName(r.id)); ok {
+				t.Errorf("the check's container is left after its removal failed once")
+			}
+			removes := 0
+			for _, c := range oc.f.Calls() {
+				if c.Name == sandbox.PathCheckName(r.id) && c.Method == enginefake.ContainerRemove {
+					removes++
+				}
+			}
+			if removes < 2 {
+				t.Errorf("control: the check's container was removed %d times, want the check's failed removal and the end's", removes)
+			}
+		})
 	}
 }

@@ -98,6 +98,29 @@ host_fixes() {
 	sysctl -qw net.ipv4.ping_group_range="0 2147483647"
 }
 
+# stale_runtime empties the runtime dir of a user none of whose processes
+# runs: on this machine kind /run is not a tmpfs, so a machine whose
+# processes were all stopped keeps the dir, and Podman then finds a pause.pid
+# naming a dead process and refuses every call ("invalid internal status").
+# An empty dir (and no lock file) is what a boot gives: Podman makes its
+# state anew.
+# The sessions of a run stopped that way are gone too: their containers,
+# volumes and secrets (every aisb- name; the test users hold only the
+# tests'), which a remote test would take for ones its session left.
+stale_runtime() {
+	local name=$1 uid=$2
+	# (A process that ended but was not reaped yet does not count.)
+	ps -u "$uid" -o stat= | grep -qv '^Z' && return 0
+	find "/run/user/$uid" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
+	rm -f "/dev/shm/libpod_rootless_lock_$uid" # its locks, which a boot empties too
+	[ -d "$(getent passwd "$name" | cut -d: -f6)/.local/share/containers/storage" ] || return 0
+	as_named "$name" sh -c '
+		podman ps -a --format "{{.Names}}" | grep "^aisb-" | xargs -r podman rm -f -t 0 >/dev/null
+		podman volume ls --format "{{.Name}}" | grep "^aisb-" | xargs -r podman volume rm -f >/dev/null
+		podman secret ls --format "{{.Name}}" | grep "^aisb-" | xargs -r podman secret rm >/dev/null' ||
+		die "removing the sessions a stopped run left to $name failed"
+}
+
 # 3. The unprivileged test users, each with subordinate ids of its own (the
 #    ranges disjoint), a runtime dir and overlay storage (without
 #    storage.conf rootless Podman silently uses vfs). The second runs the
@@ -114,6 +137,7 @@ test_user() {
 	# user, the engine user included, reads another's files.
 	chmod 0700 "$home"
 	install -d -m 0700 -o "$name" -g "$name" "/run/user/$uid"
+	stale_runtime "$name" "$uid"
 	install -d -m 0755 -o "$name" -g "$name" "$home/.config" "$home/.config/containers"
 	cat >"$home/.config/containers/storage.conf" <<CONF
 [storage]
