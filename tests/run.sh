@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # run.sh is `make test`: it prepares this machine (tests/host/setup.sh, as
 # root, idempotently) while it compiles and vets everything, then runs every
-# test in lanes, five at once after the first, and prints the counts CI
-# reads last:
-#   gate    gate/'s three LAN tests, first, before the other lanes (below)
+# test in six lanes at once and prints the counts CI reads last:
 #   units   every package but tests/, one package at a time, as the test user
+#           (gate/'s three LAN tests once the shared and harness lanes have ended)
 #   shared  the tests of tests/ that may run in parallel, four at once, the
 #           slowest first, as the test user (tests/helpers_test.go says which
 #           may, tests/slots_test.go which start first)
@@ -15,7 +14,7 @@
 #           (before them, as that user, the alone tests marked "third")
 #   alone   the tests of tests/ that must be alone on one uid (tests/alone),
 #           one at a time, as the second test user (those marked "last"
-#           after the others)
+#           after the others and after gate/)
 # Under AISB_INTEGRATION=1 a test that cannot run fails instead of skipping.
 # Each phase says how long it took; the go test -json streams stay in
 # $AISB_TEST_OUT (default test-out/) for a closer look.
@@ -99,13 +98,10 @@ fi
 . tests/host/env.sh
 # gate/'s three LAN tests (newLAN, gate/lan_test.go) put a network of their own
 # on-link, which changes the host's addresses that every running gate
-# follows (squid reconfigures, and once refused two of TestSessionsAtOnce's
-# first requests meanwhile): they run first, alone, before the lanes (10 s;
-# at the end, after the lanes that run gates, they and the alone tests
-# waiting for them were the last 34 s of the run). The rest of gate/ runs
-# in the units lane. (Twice gate/ beside the escape battery saw the
-# battery's last session's containers outlive its 5 s; the battery waits
-# 15 s now.)
+# follows (squid reconfigures): they run once the parallel tests have ended
+# (and still end before the alone lane). The rest of gate/ runs in the units
+# lane. (Twice gate/ beside the escape battery saw the battery's last
+# session's containers outlive its 5 s; the battery waits 15 s now.)
 gate=$($GO list ./gate/...)
 lan='^(TestSpecialRangesRefused|TestGateFollowsOnLinkPrefixes|TestWildcardResolvesAnyLabel)$'
 units=$($GO list ./... | grep -v '/tests$')
@@ -122,9 +118,6 @@ lane() {
 	return "$rc"
 }
 go_test=($GO test -tags "$TAGS" -count=1 -json -timeout 30m)
-rc=0
-# shellcheck disable=SC2086 # $gate is a list of packages
-lane gate "${go_test[@]}" -p 1 -run "$lan" $gate || rc=1
 # shellcheck disable=SC2086 # $units is a list of packages
 lane units "${go_test[@]}" -p 1 -skip "$lan" $units &
 units_pid=$!
@@ -163,21 +156,23 @@ harness_lane() {
 }
 harness_lane &
 harness_pid=$!
-# The alone tests marked "last" (the sessions at once, which count their
-# user's containers) after the others of that lane.
-alone_lane() {
-	local rc=0
-	AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${go_test[@]}" -run "$alone" -skip "$last|$third" ./tests || rc=1
-	AISB_TEST_USER=$AISB_TEST_USER2 lane alone-last "${go_test[@]}" -run "$last" ./tests || rc=1
-	return "$rc"
-}
-alone_lane &
+AISB_TEST_USER=$AISB_TEST_USER2 lane alone "${go_test[@]}" -run "$alone" -skip "$last|$third" ./tests &
 alone_pid=$!
+rc=0
 wait "$units_pid" || rc=1
 wait "$shared_pid" || rc=1
 wait "$remote_pid" || rc=1
+# The harness lane's sessions are another user's, but gate/'s LAN test
+# changes the host's addresses, which every running gate follows.
 wait "$harness_pid" || rc=1
+# shellcheck disable=SC2086 # $gate is a list of packages
+lane gate "${go_test[@]}" -p 1 -run "$lan" $gate || rc=1
 wait "$alone_pid" || rc=1
+# The alone lane's last tests run once gate/ has ended: its LAN test
+# changes the host's addresses, and every running gate then reconfigures
+# (squid reopens its ports), which refused two of TestSessionsAtOnce's
+# first requests once.
+AISB_TEST_USER=$AISB_TEST_USER2 lane alone-last "${go_test[@]}" -run "$last" ./tests || rc=1
 phase "tests"
 
 # 3. The budget, then what failed or skipped and the counts, last. From
