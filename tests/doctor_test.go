@@ -29,7 +29,7 @@ func doctorChecks(t *testing.T, r testhost.Result) map[string]doctor.Check {
 // TestDoctor: doctor passes on the prepared host, and fails with the right
 // reason when a precondition is taken away.
 func TestDoctor(t *testing.T) {
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 
 	t.Run("prepared host", func(t *testing.T) {
 		r := a.run(t, "doctor", "--json")

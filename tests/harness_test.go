@@ -87,7 +87,16 @@ header = "` + c.header + `"
 env = "` + c.env + `"
 prefix = "` + c.prefix + `"
 `
-	a := newAisb(t, testhost.BaseImage, cfg)
+	// The test base, which the other tests of each user build on too: a
+	// second family of the same images on the plain base costs make test
+	// the copy Podman makes of each for the sandbox's user ids (~600 MB
+	// each). Not pi's, whose user builds pi on the plain base for
+	// TestReadmeMainJob (the README's line) and TestStatePiTerminal.
+	base := testBaseImage(t)
+	if c.harness == "pi" {
+		base = testhost.BaseImage
+	}
+	a := newAisb(t, base, cfg)
 	// The image first, outside the shared lane's slots (parallel's
 	// acquire): a failed build fails the test. The build lock keeps the
 	// build tests of another process from removing images meanwhile.

@@ -64,7 +64,7 @@ func TestRemoteLive(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	base := engineBaseImage(t, eu)
+	base := engineBaseImage(t, eu, asEngine)
 	sock := startEngineService(t, eu)
 	podman := func(ctx context.Context, args ...string) *exec.Cmd {
 		return asEngine(ctx, eu, append([]string{"podman"}, args...)...)

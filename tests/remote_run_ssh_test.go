@@ -46,7 +46,7 @@ func TestRemoteRunSSH(t *testing.T) {
 	if r := testhost.Run(t, as(ctx, eu, "curl", "-sS", "--max-time", "10", "--unix-socket", sock, "http://d/_ping")); strings.TrimSpace(r.Stdout) != "OK" {
 		testhost.Skip(t, "%s's service on the engine host %s does not answer (AISB_ENGINE_SSH_USER=%s tests/host/engine-ssh.sh up): %s", eu.Username, testhost.EngineNS, eu.Username, r)
 	}
-	base := engineBaseImage(t, eu)
+	base := engineBaseImage(t, eu, as)
 	hostKey := testhost.EngineHostKey(t)
 	dir := testhost.UserDir(t)
 	os.Chmod(dir, 0o700)

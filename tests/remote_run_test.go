@@ -88,7 +88,7 @@ func TestRemoteRun(t *testing.T) {
 	if err != nil {
 		testhost.Skip(t, "engine user %s missing (run tests/host/setup.sh): %v", engineUser, err)
 	}
-	base := engineBaseImage(t, eu)
+	base := engineBaseImage(t, eu, asEngine)
 	sock := startEngineService(t, eu)
 	remoteRun(t, base, remoteEngine{eu: eu, uri: "unix://" + sock, as: asEngine, allowed: "remote.test", refused: "remoterefused.test"})
 }
@@ -401,19 +401,22 @@ env = "TEST_API_KEY"
 	t.Logf("the test's own work on %s: %v", e.uri, time.Since(began).Round(time.Millisecond))
 }
 
-// engineBaseImage is the base image in the engine user's storage: the test
-// base image is the caller's, so the engine gets testhost.BaseImage, loaded
-// from the caller's storage when it lacks it.
-func engineBaseImage(t *testing.T, eu *user.User) string {
+// engineBaseImage is the base image in the engine user's storage: the
+// caller's test base (testBaseImage), loaded from the caller's storage
+// when the engine lacks it (as, on the engine's host). Its layers under
+// the probe's are the plain base's, which the set-up copied there alike,
+// so the load writes the probe's layer only; and the pi image the remote
+// tests copy there is the one the caller's state tests build on it.
+func engineBaseImage(t *testing.T, eu *user.User, as func(context.Context, *user.User, ...string) *exec.Cmd) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	base := testhost.BaseImage
-	if r := testhost.Run(t, asEngine(ctx, eu, "podman", "image", "exists", base)); r.Code == 0 {
+	base := testBaseImage(t)
+	if r := testhost.Run(t, as(ctx, eu, "podman", "image", "exists", base)); r.Code == 0 {
 		return base
 	}
 	start := time.Now()
-	loadInto(t, ctx, base, eu, asEngine)
+	loadInto(t, ctx, base, eu, as)
 	t.Logf("loaded %s into %s's storage in %v", base, eu.Username, time.Since(start).Round(time.Millisecond))
 	return base
 }

@@ -56,7 +56,7 @@ func TestRemoteEngineRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	base := engineBaseImage(t, eu)
+	base := engineBaseImage(t, eu, asEngine)
 	start := time.Now()
 	sock := startEngineService(t, eu)
 	t.Logf("%s's service up in %v", engineUser, time.Since(start).Round(time.Millisecond))

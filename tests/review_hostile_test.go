@@ -224,7 +224,7 @@ func hostileProject(t *testing.T, dir, outside string) {
 // neither through the agent's symlink nor through the host's.
 func TestReviewHostileAgent(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	outside := testhost.UserDir(t)
 	hostileProject(t, a.project, outside)
 	before := hexTree(t, a.project)
@@ -341,7 +341,7 @@ func TestReviewHostileAgent(t *testing.T) {
 // reading it, and --apply refuses before writing anything, naming it.
 func TestReviewHugeSparseFile(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	writeUserFile(t, filepath.Join(a.project, "keep.txt"), "keep\n")
 	before := hexTree(t, a.project)
 	r := a.run(t, "run", "--review", "--net", "none", "--harness", "shell", "--", "sh", "-c",
@@ -391,7 +391,7 @@ tree()
 // the apply, and --rollback (in a second session) puts the project back as
 // it was, after which --apply works.
 func TestReviewInterruptedApply(t *testing.T) {
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	for d := 0; d < 40; d++ {
 		for f := 0; f < 100; f++ {
 			writeUserFile(t, filepath.Join(a.project, fmt.Sprintf("d%02d/f%03d.txt", d, f)), fmt.Sprintf("%d %d\n", d, f))

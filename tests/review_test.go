@@ -190,7 +190,7 @@ func reviewSessions(t *testing.T, a *aisbUser) []string {
 // for byte, modes included; the upper layer goes either way.
 func TestReviewMode(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	reviewProject(t, a.project)
 	before := hostTree(t, a.project)
 
@@ -293,7 +293,7 @@ func TestReviewMode(t *testing.T) {
 // rewritten .git file is flagged first.
 func TestReviewGitWorktree(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	mainRepo := filepath.Join(a.project, "main")
 	wt := filepath.Join(a.project, "wt")
 	git := func(dir string, args ...string) string {

@@ -151,7 +151,7 @@ func tarFiles(t *testing.T, b []byte) map[string]string {
 // the agent's; ls, export and rm see the volume; the host's home is untouched.
 func TestStateKeptPerProject(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	home, env := fakeHome(t)
 	before := treeDigest(t, home)
 	run := func(a *aisbUser, args ...string) testhost.Result {
@@ -220,7 +220,7 @@ func TestStateKeptPerProject(t *testing.T) {
 	}
 
 	// Another project: its own, empty state.
-	b := newAisb(t, testhost.BaseImage, "")
+	b := newAisb(t, testBaseImage(t), "")
 	b.config, b.state = a.config, a.state
 	r = run(b, "--", "sh", "-c", show)
 	if !strings.Contains(r.Stdout, "NO /home/agent/.pi/marker") {
@@ -291,8 +291,8 @@ func TestStateKeptPerProject(t *testing.T) {
 // "project" to "harness".
 func TestStateHarnessScope(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "version = 1\n[sandbox]\nstate = \"harness\"\n")
-	b := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "version = 1\n[sandbox]\nstate = \"harness\"\n")
+	b := newAisb(t, testBaseImage(t), "")
 	b.config, b.state = a.config, a.state
 	_, env := fakeHome(t)
 	name := "aisb-state-pi"
@@ -325,7 +325,7 @@ func TestStateHarnessScope(t *testing.T) {
 		t.Errorf("a project file with state = none should give a fresh home: %s", r)
 	}
 	// ... and cannot widen project to harness.
-	c := newAisb(t, testhost.BaseImage, "version = 1\n[sandbox]\nstate = \"project\"\n")
+	c := newAisb(t, testBaseImage(t), "version = 1\n[sandbox]\nstate = \"project\"\n")
 	writeUserFile(t, filepath.Join(c.project, ".aisb.toml"), "version = 1\n[sandbox]\nstate = \"harness\"\n")
 	r := run(c, "sh", "-c", "test -e ~/.pi/marker && echo HAS || echo NO")
 	if strings.TrimSpace(r.Stdout) != "NO" || !strings.Contains(r.Stderr, "sandbox.state ignored") {
@@ -338,7 +338,7 @@ func TestStateHarnessScope(t *testing.T) {
 // warning), never through a symbolic link; the host's home is untouched.
 func TestStateImport(t *testing.T) {
 	parallel(t)
-	a := newAisb(t, testhost.BaseImage, "")
+	a := newAisb(t, testBaseImage(t), "")
 	home, env := fakeHome(t)
 	before := treeDigest(t, home)
 	// state import reaches the volume through an image of aisb's: on a
