@@ -3,6 +3,8 @@ package tests
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,37 +184,56 @@ var (
 // testBaseImage is the offline base plus the probe at /usr/local/bin/probe and
 // a setuid-root copy at /usr/local/bin/probe-suid, for the escape battery. The
 // sandbox image is built on it exactly as on any other base.
+//
+// Its tag is the hash of what goes into it, and it is built at most once
+// per test user across make test's processes (a lock file): two builds of
+// it would be two images of two IDs, and every session image built on each
+// a family of its own (Podman's copy of each for the sandbox's user ids,
+// ~600 MB, and the remote engines' pi image twice).
 func testBaseImage(t *testing.T) string {
 	t.Helper()
 	testhost.Require(t)
 	probe := testhost.Binary(t, "tests/probe")
-	testBaseOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "aisb-testbase-")
-		if err != nil {
-			testBaseErr = err.Error()
-			return
-		}
-		defer os.RemoveAll(dir)
-		os.Chmod(dir, 0o755)
-		b, _ := os.ReadFile(probe)
-		os.WriteFile(filepath.Join(dir, "probe"), b, 0o755)
-		os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(`FROM `+testhost.BaseImage+`
-COPY probe /usr/local/bin/probe
-COPY probe /usr/local/bin/probe-suid
-RUN chown root:root /usr/local/bin/probe-suid && chmod 4755 /usr/local/bin/probe-suid
-`), 0o644)
-		tag := "localhost/aisb-testbase:latest"
-		r := testhost.Podman(t, "build", "-q", "-t", tag, dir)
-		if r.Code != 0 {
-			testBaseErr = r.String()
-			return
-		}
-		testBase = tag
-	})
+	testBaseOnce.Do(func() { testBase, testBaseErr = buildTestBase(t, probe) })
 	if testBaseErr != "" {
 		t.Fatalf("build the test base image: %s", testBaseErr)
 	}
 	return testBase
+}
+
+func buildTestBase(t *testing.T, probe string) (string, string) {
+	b, err := os.ReadFile(probe)
+	if err != nil {
+		return "", err.Error()
+	}
+	cf := `FROM ` + testhost.BaseImage + `
+COPY probe /usr/local/bin/probe
+COPY probe /usr/local/bin/probe-suid
+RUN chown root:root /usr/local/bin/probe-suid && chmod 4755 /usr/local/bin/probe-suid
+`
+	base := strings.TrimSpace(testhost.Podman(t, "image", "inspect", "--format", "{{.Id}}", testhost.BaseImage).Stdout)
+	sum := sha256.Sum256([]byte(base + "\n" + cf + "\n" + string(b)))
+	tag := "localhost/aisb-testbase:" + hex.EncodeToString(sum[:6])
+	release, _, err := buildLockFile(filepath.Join(os.TempDir(), "aisb-test-testbase-"+testhost.User+".lock")).hold(syscall.LOCK_EX)
+	if err != nil {
+		return "", err.Error()
+	}
+	defer release()
+	if testhost.Podman(t, "image", "exists", tag).Code == 0 {
+		return tag, ""
+	}
+	dir, err := os.MkdirTemp("", "aisb-testbase-")
+	if err != nil {
+		return "", err.Error()
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "probe"), b, 0o755)
+	os.WriteFile(filepath.Join(dir, "Containerfile"), []byte(cf), 0o644)
+	if r := testhost.Podman(t, "build", "-q", "-t", tag, dir); r.Code != 0 {
+		return "", r.String()
+	}
+	return tag, ""
 }
 
 // script runs each case with sh and prints "RESULT NAME CODE OUTPUT" per case.

@@ -367,7 +367,7 @@ env = "TEST_API_KEY"
 			t.Fatal(err)
 		}
 		var gateName string
-		err := testhost.WaitFor(time.Minute, func() error {
+		err := testhost.WaitFor(3*time.Minute, func() error {
 			l := left(t)
 			for _, n := range l {
 				if strings.HasPrefix(n, "aisb-gate-") {
