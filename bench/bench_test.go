@@ -111,6 +111,14 @@ func connect(b *testing.B, uri string) *engine.Conn {
 	return c
 }
 
+// gateImage is the gate's image on c, on the offline base: built there
+// first if it is not yet.
+func gateImage(b *testing.B, c engine.Engine) string {
+	b.Helper()
+	img := gateImage(b, c)
+	return img
+}
+
 // shellImage is the spec of the shell harness's sandbox image.
 func shellImage(b *testing.B) image.Spec { return shellImageDigests(b, "") }
 

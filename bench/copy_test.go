@@ -24,8 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aisb-dev/aisb/gate"
-	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -42,10 +40,7 @@ import (
 // what else the machine runs.
 func BenchmarkTunnelCopy(b *testing.B) {
 	uri := testhost.Service(b)
-	tag, _, err := image.Ensure(connect(b, uri), gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	tag := gateImage(b, connect(b, uri))
 	ports, err := freePorts(3)
 	if err != nil {
 		b.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
-	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -25,10 +23,7 @@ import (
 // connections.
 func BenchmarkAskLatency(b *testing.B) {
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	img := gateImage(b, c)
 	hosts, _ := allowlist.Parse([]string{"allowed.test"})
 	dns := []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}
 	plain, err := gate.Start(c, gate.Options{Session: "bench-plain", Dir: testhost.UserDir(b), Image: img, Allowlist: hosts, DNS: dns})

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
-	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -35,14 +33,7 @@ func BenchmarkQuestionRemote(b *testing.B) {
 	other, _ := allowlist.Parse([]string{"allowed.test"}) // the asking gates list a name, not the address
 	dns := []netip.Addr{netip.MustParseAddr(up)}
 	helper := testhost.Binary(b, "cmd/aisb-gatehelper")
-	img := func(c engine.Engine) string {
-		i, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return i
-	}
-	localImg, remoteImg := img(local), img(remote)
+	localImg, remoteImg := gateImage(b, local), gateImage(b, remote)
 	// A live server that allowed the address, as aisb allow does.
 	server := func(name, helperSocket string) *live.Server {
 		control := filepath.Join(b.TempDir(), "control.sock")

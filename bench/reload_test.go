@@ -20,7 +20,6 @@ import (
 	"github.com/aisb-dev/aisb/gate"
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
-	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/live"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
@@ -40,10 +39,7 @@ import (
 // admitted, and how many of the open tunnels still work afterwards.
 func BenchmarkLiveChange(b *testing.B) {
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	img := gateImage(b, c)
 	hosts, _ := allowlist.Parse([]string{"allowed.test"})
 	dns := []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}
 

@@ -23,7 +23,6 @@ import (
 	"github.com/aisb-dev/aisb/gate/squidconf"
 	"github.com/aisb-dev/aisb/internal/allowlist"
 	"github.com/aisb-dev/aisb/internal/engine"
-	"github.com/aisb-dev/aisb/internal/image"
 	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
@@ -42,10 +41,7 @@ import (
 func BenchmarkTLSCost(b *testing.B) {
 	const rounds, warm = 200, 10
 	c := connect(b, testhost.Service(b))
-	img, _, err := image.Ensure(c, gate.ImageSpec(testhost.BaseImage), image.Build{LockDir: b.TempDir(), Output: image.Output{W: os.Stderr}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	img := gateImage(b, c)
 	hosts, _ := allowlist.Parse([]string{"allowed.test", "api.allowed.test"})
 	dns := []netip.Addr{netip.MustParseAddr(testhost.UpstreamAddr)}
 	caFile := filepath.Join(testhost.StateDir, "ca.pem")
