@@ -72,6 +72,21 @@ up_end=198.51.100.$((block + 6))
 # closefds runs a daemon with no inherited descriptors beyond 0-2.
 closefds() { setsid "$@" </dev/null >/dev/null 2>&1 & }
 
+# peer_link DEV NS END ADDR links the engine host (its DEV, address END)
+# to the host ADDR in namespace NS by a /32 route each way; recreated when
+# upstream.sh remade NS.
+peer_link() {
+	local dev=$1 peer_ns=$2 end=$3 addr=$4
+	if ! ip -n "$ns" link show "$dev" >/dev/null 2>&1; then
+		ip -n "$ns" link add "$dev" type veth peer name "$peer_if" netns "$peer_ns"
+	fi
+	ip -n "$ns" addr replace "$end/32" dev "$dev"
+	ip -n "$ns" link set "$dev" up
+	ip -n "$ns" route replace "$addr/32" dev "$dev" src "$end"
+	ip -n "$peer_ns" link set "$peer_if" up
+	ip -n "$peer_ns" route replace "$end/32" dev "$peer_if" src "$addr"
+}
+
 network() {
 	ip netns list | grep -qw "^$ns" || ip netns add "$ns"
 	ip netns list | grep -qw "^$AISB_UPSTREAM_NS" || die "the upstream's namespace $AISB_UPSTREAM_NS is missing; run tests/host/upstream.sh up (setup.sh does)"
@@ -83,26 +98,11 @@ network() {
 	ip -n "$ns" addr replace "$AISB_ENG_ADDR/30" dev eth0
 	ip -n "$ns" link set eth0 up
 	ip -n "$ns" route replace default via "$root_end"
-	# The link to the upstream, recreated when upstream.sh remade its namespace.
-	if ! ip -n "$ns" link show up0 >/dev/null 2>&1; then
-		ip -n "$ns" link add up0 type veth peer name "$peer_if" netns "$AISB_UPSTREAM_NS"
-	fi
-	ip -n "$ns" addr replace "$up_end/32" dev up0
-	ip -n "$ns" link set up0 up
-	ip -n "$ns" route replace "$AISB_UPSTREAM_ADDR/32" dev up0 src "$up_end"
-	ip -n "$AISB_UPSTREAM_NS" link set "$peer_if" up
-	ip -n "$AISB_UPSTREAM_NS" route replace "$up_end/32" dev "$peer_if" src "$AISB_UPSTREAM_ADDR"
-	# The link to the test SSH server (git over SSH through a gate on the
-	# engine host), recreated when upstream.sh remade its namespace.
+	# The link to the upstream, and to the test SSH server (git over SSH
+	# through a gate on the engine host).
+	peer_link up0 "$AISB_UPSTREAM_NS" "$up_end" "$AISB_UPSTREAM_ADDR"
 	ip netns list | grep -qw "^$AISB_SSH_NS" || die "the test SSH server's namespace $AISB_SSH_NS is missing; run tests/host/upstream.sh up (setup.sh does)"
-	if ! ip -n "$ns" link show ssh0 >/dev/null 2>&1; then
-		ip -n "$ns" link add ssh0 type veth peer name "$peer_if" netns "$AISB_SSH_NS"
-	fi
-	ip -n "$ns" addr replace "$ssh_end/32" dev ssh0
-	ip -n "$ns" link set ssh0 up
-	ip -n "$ns" route replace "$AISB_SSH_ADDR/32" dev ssh0 src "$ssh_end"
-	ip -n "$AISB_SSH_NS" link set "$peer_if" up
-	ip -n "$AISB_SSH_NS" route replace "$ssh_end/32" dev "$peer_if" src "$AISB_SSH_ADDR"
+	peer_link ssh0 "$AISB_SSH_NS" "$ssh_end" "$AISB_SSH_ADDR"
 	install -d -m 0755 "/etc/netns/$ns"
 	printf 'nameserver %s\n' "$AISB_UPSTREAM_ADDR" >"/etc/netns/$ns/resolv.conf"
 }
