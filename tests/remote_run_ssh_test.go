@@ -39,14 +39,19 @@ func TestRemoteRunSSH(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	as := asEngineIn(testhost.EngineNS)
 	sock := "/run/user/" + eu.Uid + "/podman/podman.sock"
-	if r := testhost.Run(t, as(ctx, eu, "curl", "-sS", "--max-time", "10", "--unix-socket", sock, "http://d/_ping")); strings.TrimSpace(r.Stdout) != "OK" {
-		testhost.Skip(t, "%s's service on the engine host %s does not answer (AISB_ENGINE_SSH_USER=%s tests/host/engine-ssh.sh up): %s", eu.Username, testhost.EngineNS, eu.Username, r)
+	pctx, pcancel := context.WithTimeout(context.Background(), time.Minute)
+	ping := testhost.Run(t, as(pctx, eu, "curl", "-sS", "--max-time", "10", "--unix-socket", sock, "http://d/_ping"))
+	pcancel()
+	if strings.TrimSpace(ping.Stdout) != "OK" {
+		testhost.Skip(t, "%s's service on the engine host %s does not answer (AISB_ENGINE_SSH_USER=%s tests/host/engine-ssh.sh up): %s", eu.Username, testhost.EngineNS, eu.Username, ping)
 	}
+	// The base's load into the engine's storage takes its own time (a
+	// minute under make test's load); the key's minute starts after it.
 	base := engineBaseImage(t, eu, as)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	hostKey := testhost.EngineHostKey(t)
 	dir := testhost.UserDir(t)
 	os.Chmod(dir, 0o700)
