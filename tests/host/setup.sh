@@ -15,7 +15,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/host/env.sh
 . "$here/env.sh"
 
-log() { printf 'setup: %s\n' "$*" >&2; }
+# Each line says the seconds since the set-up began, so a run from nothing
+# (make test's setup.log) shows where its time went.
+log() { printf 'setup: [%3d s] %s\n' "$SECONDS" "$*" >&2; }
 die() { printf 'setup: %s\n' "$*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (it installs packages and prepares the test user)"
