@@ -5,18 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aisb-dev/aisb/internal/testhost"
 )
 
 // BenchmarkHandOver: the ways to hand a gate's files to a container on
@@ -154,9 +148,7 @@ func tarOf(dir string, fs []handFile) []byte {
 }
 
 func handNothing(ctx context.Context, api *restClient, id string) error {
-	spec := map[string]any{"name": id, "image": testhost.BaseImage, "command": []string{"true"},
-		"netns": map[string]string{"nsmode": "none"}}
-	if err := api.do(ctx, "POST", "/containers/create", nil, spec); err != nil {
+	if err := api.create(ctx, id, "true", nil); err != nil {
 		return err
 	}
 	defer api.removeContainer(id)
@@ -167,34 +159,27 @@ func handNothing(ctx context.Context, api *restClient, id string) error {
 // last one, as a remote gate's probe waits for its files.
 func handArchiveRunning(ctx context.Context, api *restClient, id string, fs []handFile) error {
 	last := handFile{"ready", []byte("1")}
-	all := append(slices.Clone(fs), last)
 	wait := "while [ ! -e /gate/ready ]; do sleep 0.005; done; "
-	spec := map[string]any{"name": id, "image": testhost.BaseImage, "command": []string{"sh", "-c", wait + checkScript("/gate", all)},
-		"netns": map[string]string{"nsmode": "none"}}
-	if err := api.do(ctx, "POST", "/containers/create", nil, spec); err != nil {
+	if err := api.create(ctx, id, wait+checkScript("/gate", append(slices.Clone(fs), last)), nil); err != nil {
 		return err
 	}
 	defer api.removeContainer(id)
 	if err := api.do(ctx, "POST", "/containers/"+id+"/start", nil, nil); err != nil {
 		return err
 	}
-	if err := api.doBody(ctx, "PUT", "/containers/"+id+"/archive", url.Values{"path": {"/"}}, bytes.NewReader(tarOf("gate", fs))); err != nil {
-		return err
-	}
-	if err := api.doBody(ctx, "PUT", "/containers/"+id+"/archive", url.Values{"path": {"/gate"}}, bytes.NewReader(tarOf("", []handFile{last}))); err != nil {
+	// One copy, its last entry the word, as aisb copies a gate's files.
+	if err := api.copyIn(ctx, id, "/", tarOf("gate", append(slices.Clone(fs), last))); err != nil {
 		return err
 	}
 	return api.waitContainer(ctx, id)
 }
 
 func handArchive(ctx context.Context, api *restClient, id string, fs []handFile) error {
-	spec := map[string]any{"name": id, "image": testhost.BaseImage, "command": []string{"sh", "-c", checkScript("/gate", fs)},
-		"netns": map[string]string{"nsmode": "none"}}
-	if err := api.do(ctx, "POST", "/containers/create", nil, spec); err != nil {
+	if err := api.create(ctx, id, checkScript("/gate", fs), nil); err != nil {
 		return err
 	}
 	defer api.removeContainer(id)
-	if err := api.doBody(ctx, "PUT", "/containers/"+id+"/archive", url.Values{"path": {"/"}}, bytes.NewReader(tarOf("gate", fs))); err != nil {
+	if err := api.copyIn(ctx, id, "/", tarOf("gate", fs)); err != nil {
 		return err
 	}
 	return api.runContainer(ctx, id)
@@ -210,9 +195,7 @@ func handSecrets(ctx context.Context, api *restClient, id string, fs []handFile)
 		defer api.do(context.Background(), "DELETE", "/secrets/"+name, nil, nil)
 		secrets = append(secrets, map[string]any{"Source": name, "Target": f.name, "Mode": 0o600})
 	}
-	spec := map[string]any{"name": id, "image": testhost.BaseImage, "command": []string{"sh", "-c", checkScript("/run/secrets", fs)},
-		"netns": map[string]string{"nsmode": "none"}, "secrets": secrets}
-	if err := api.do(ctx, "POST", "/containers/create", nil, spec); err != nil {
+	if err := api.create(ctx, id, checkScript("/run/secrets", fs), map[string]any{"secrets": secrets}); err != nil {
 		return err
 	}
 	defer api.removeContainer(id)
@@ -224,98 +207,15 @@ func handVolume(ctx context.Context, api *restClient, id string, fs []handFile) 
 		return err
 	}
 	defer api.do(context.Background(), "DELETE", "/volumes/"+id, url.Values{"force": {"true"}}, nil)
-	spec := map[string]any{"name": id, "image": testhost.BaseImage, "command": []string{"sh", "-c", checkScript("/gate", fs)},
-		"netns": map[string]string{"nsmode": "none"}, "volumes": []map[string]string{{"Name": id, "Dest": "/gate"}}}
-	if err := api.do(ctx, "POST", "/containers/create", nil, spec); err != nil {
+	if err := api.create(ctx, id, checkScript("/gate", fs), map[string]any{"volumes": []map[string]string{{"Name": id, "Dest": "/gate"}}}); err != nil {
 		return err
 	}
 	defer api.removeContainer(id)
 	// Podman 5.4's service has no volume import (POST
 	// /libpod/volumes/NAME/import answers 404): a volume is filled through
 	// a container that mounts it.
-	if err := api.doBody(ctx, "PUT", "/containers/"+id+"/archive", url.Values{"path": {"/gate"}}, bytes.NewReader(tarOf("", fs))); err != nil {
+	if err := api.copyIn(ctx, id, "/gate", tarOf("", fs)); err != nil {
 		return err
 	}
 	return api.runContainer(ctx, id)
-}
-
-// restClient speaks Podman's libpod REST API on a unix socket, for
-// measuring Podman's own calls (aisb's go through internal/engine).
-type restClient struct {
-	http *http.Client
-}
-
-func newRESTClient(b *testing.B, uri string) *restClient {
-	b.Helper()
-	sock, ok := strings.CutPrefix(uri, "unix://")
-	if !ok {
-		b.Fatalf("not a unix socket: %s", uri)
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}
-	return &restClient{http: &http.Client{Transport: tr}}
-}
-
-func (c *restClient) do(ctx context.Context, method, path string, q url.Values, body any) error {
-	var r io.Reader
-	if body != nil {
-		j, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		r = bytes.NewReader(j)
-	}
-	return c.doBody(ctx, method, path, q, r)
-}
-
-func (c *restClient) doBody(ctx context.Context, method, path string, q url.Values, body io.Reader) error {
-	u := "http://d/v5.0.0/libpod" + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %s: %q", method, path, resp.Status, out)
-	}
-	return nil
-}
-
-// runContainer starts id, waits for it and fails unless it exited 0.
-func (c *restClient) runContainer(ctx context.Context, id string) error {
-	if err := c.do(ctx, "POST", "/containers/"+id+"/start", nil, nil); err != nil {
-		return err
-	}
-	return c.waitContainer(ctx, id)
-}
-
-// waitContainer waits for id to exit and fails unless it exited 0.
-func (c *restClient) waitContainer(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://d/v5.0.0/libpod/containers/"+id+"/wait", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("wait %s: %w", id, err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	if code := strings.TrimSpace(string(out)); resp.StatusCode != 200 || code != "0" {
-		return fmt.Errorf("wait %s: %s: exit %q (a file missing or cut short: 3)", id, resp.Status, code)
-	}
-	return nil
-}
-
-func (c *restClient) removeContainer(id string) {
-	c.do(context.Background(), "DELETE", "/containers/"+id, url.Values{"force": {"true"}}, nil)
 }
