@@ -1,5 +1,5 @@
 // The Kubernetes pod form (aisb kube) under podman kube play, in one test
-// of about 370 lines: the rendered pod against the test upstream, the same
+// of about 400 lines: the rendered pod against the test upstream, the same
 // pod without its table (the control) and the pods whose init container
 // left no record or a tampered one (fail closed) run side by side.
 
@@ -276,6 +276,10 @@ func TestKubePod(t *testing.T) {
 	res := parseResults(t, enforced.agent.Stdout)
 	if os.Getenv("KUBE_DEBUG") != "" {
 		t.Logf("agent: %s\ngate: %s", enforced.agent, enforced.gateLog)
+	} else if got := res["cred"]; got.code != 0 {
+		// squid's own lines say why a bumped tunnel failed (once: 500,
+		// "terminated", under make test's load).
+		t.Logf("the gate's log, squid's own lines: %s", squidLines(enforced.gateLog, 8<<10))
 	}
 	want := func(name string, code int, sub string) {
 		t.Helper()
@@ -392,4 +396,20 @@ func kubeAudit(t *testing.T, a *aisbUser, log string) []audit.Event {
 		t.Fatalf("aisb kube audit converted nothing of %q", log)
 	}
 	return out
+}
+
+// squidLines is what of a gate's log is squid's own (not its access log's
+// lines), its last max bytes, quoted.
+func squidLines(log string, max int) string {
+	var own []string
+	for _, l := range strings.Split(log, "\n") {
+		if l != "" && !strings.HasPrefix(l, "aisb") {
+			own = append(own, l)
+		}
+	}
+	out := strings.Join(own, "\n")
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return strconv.Quote(out)
 }
