@@ -151,7 +151,7 @@ func TestSharedPodmanService(t *testing.T) {
 	// The later aisb's watchdog goes on with the service after aisb's
 	// exit (the sandbox's removal): were the keeper stopped under it, it
 	// would start another keeper, which this check would take for the
-	// stopped one still running (seen once under make test's load).
+	// stopped one still running (it failed make test once so).
 	if !waitFor(time.Minute, func() bool { return findProcess(a.bin, "internal-watchdog") == 0 }) {
 		t.Fatalf("the later aisb's watchdog still runs a minute after it")
 	}
