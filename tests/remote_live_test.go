@@ -123,7 +123,16 @@ func intoSandbox(t *testing.T, s *liveSession, podman enginePodman) func(int, st
 		defer cancel()
 		cmd := podman(ctx, "exec", "-i", "--user", "1000:1000", "aisb-"+s.id, "sh", "-c", fmt.Sprintf("cat > /project/.go.tmp && mv /project/.go.tmp /project/go%d", n))
 		cmd.Stdin = strings.NewReader(command)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil && command == "exit" {
+			// The agent may see the step and exit, and the sandbox
+			// stop, before the exec has ended: Podman then kills it (137,
+			// seen under make test's load). Whether the step arrived is
+			// the session's end, which end() waits for.
+			t.Logf("put the exit step %d into the sandbox: %v: %s (the session's end says whether it arrived)", n, err, out)
+			return
+		}
+		if err != nil {
 			t.Fatalf("put step %d into the sandbox: %v: %s", n, err, out)
 		}
 	}
