@@ -59,13 +59,19 @@ remote='^TestRemote'
 
 # 1. The host and the build at once: setup.sh mostly waits on apt and
 #    debootstrap, the compiler on the CPU. Beside the host's build, the
-#    builds for the machines users have are vetted, and those the issue
-#    names linked (tests/cross.sh check: darwin and linux/arm64).
+#    builds for the machines users have are type-checked, the linux/arm64
+#    programs linked (tests/cross.sh check), and the CLI built for each of
+#    darwin/arm64, darwin/amd64 and linux/arm64 (tests/cross.sh cli).
 AISB_SETUP_USER3_IMAGE=later bash tests/host/setup.sh >"$out/setup.log" 2>&1 &
 setup=$!
 build_ok=1
 TAGS="$TAGS" GO="$GO" bash tests/cross.sh check >"$out/cross.log" 2>&1 &
 cross=$!
+# The CLI built for the other machines: on a warm build cache seconds, on an
+# empty one minutes of CPU, so it runs beside everything at the lowest
+# priority and is waited for once the lanes have ended.
+TAGS="$TAGS" GO="$GO" nice -n 19 bash tests/cross.sh cli >"$out/cross-cli.log" 2>&1 &
+cross_cli=$!
 {
 	$GO build -o "$out/gotest" ./tests/gotest &&
 		$GO vet -tags "$TAGS" ./... &&
@@ -174,6 +180,12 @@ wait "$alone_pid" || rc=1
 # first requests once.
 AISB_TEST_USER=$AISB_TEST_USER2 lane alone-last "${go_test[@]}" -run "$last" ./tests || rc=1
 phase "tests"
+if ! wait "$cross_cli"; then
+	cat "$out/cross-cli.log" >&2
+	echo "test: the CLI's build for another machine failed (tests/cross.sh cli)" >&2
+	rc=1
+fi
+phase "the CLI's builds for the other machines (beside everything)"
 
 # 3. The budget, then what failed or skipped and the counts, last. From
 #    nothing (set-up included) on the 2-core machine kind CI runs on, the
