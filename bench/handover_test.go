@@ -158,9 +158,9 @@ func handNothing(ctx context.Context, api *restClient, id string) error {
 // handArchiveRunning: the container starts first and waits for the files'
 // last one, as a remote gate's probe waits for its files.
 func handArchiveRunning(ctx context.Context, api *restClient, id string, fs []handFile) error {
-	last := handFile{"ready", []byte("1")}
+	all := append(slices.Clone(fs), handFile{"ready", []byte("1")})
 	wait := "while [ ! -e /gate/ready ]; do sleep 0.005; done; "
-	if err := api.create(ctx, id, wait+checkScript("/gate", append(slices.Clone(fs), last)), nil); err != nil {
+	if err := api.create(ctx, id, wait+checkScript("/gate", all), nil); err != nil {
 		return err
 	}
 	defer api.removeContainer(id)
@@ -168,7 +168,7 @@ func handArchiveRunning(ctx context.Context, api *restClient, id string, fs []ha
 		return err
 	}
 	// One copy, its last entry the word, as aisb copies a gate's files.
-	if err := api.copyIn(ctx, id, "/", tarOf("gate", append(slices.Clone(fs), last))); err != nil {
+	if err := api.copyIn(ctx, id, "/", tarOf("gate", all)); err != nil {
 		return err
 	}
 	return api.waitContainer(ctx, id)

@@ -47,24 +47,31 @@ func (c *restClient) do(ctx context.Context, method, path string, q url.Values, 
 }
 
 func (c *restClient) doBody(ctx context.Context, method, path string, q url.Values, body io.Reader) error {
+	_, err := c.call(ctx, method, path, q, body)
+	return err
+}
+
+// call sends one request to the libpod API and returns the answer's body;
+// a status of 300 or more is an error.
+func (c *restClient) call(ctx context.Context, method, path string, q url.Values, body io.Reader) ([]byte, error) {
 	u := "http://d/v5.0.0/libpod" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %s: %q", method, path, resp.Status, out)
+		return nil, fmt.Errorf("%s %s: %s: %q", method, path, resp.Status, out)
 	}
-	return nil
+	return out, nil
 }
 
 // create creates the container id from the base image, without a
@@ -91,18 +98,12 @@ func (c *restClient) runContainer(ctx context.Context, id string) error {
 
 // waitContainer waits for id to exit and fails unless it exited 0.
 func (c *restClient) waitContainer(ctx context.Context, id string) error {
-	req, err := http.NewRequestWithContext(ctx, "POST", "http://d/v5.0.0/libpod/containers/"+id+"/wait", nil)
+	out, err := c.call(ctx, "POST", "/containers/"+id+"/wait", nil, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("wait %s: %w", id, err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	if code := strings.TrimSpace(string(out)); resp.StatusCode != 200 || code != "0" {
-		return fmt.Errorf("wait %s: %s: exit %q (a file missing or cut short: 3)", id, resp.Status, code)
+	if code := strings.TrimSpace(string(out)); code != "0" {
+		return fmt.Errorf("wait %s: exit %q (a file missing or cut short: 3)", id, code)
 	}
 	return nil
 }
